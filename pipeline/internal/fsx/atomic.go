@@ -1,0 +1,146 @@
+package fsx
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// File is an output file being written atomically. Write to it (it hashes what passes through), then Commit to
+// publish it under its final name, or Abort to remove it. Abort after Commit is a no-op, so `defer f.Abort()`
+// is the usual pattern.
+type File struct {
+	*os.File
+	path string
+	hash hash.Hash
+	n    int64
+	done bool
+}
+
+// Create starts an atomic write of path. The temporary file lives in the same folder (so rename is atomic) and
+// is named ".<base>.tmp-*".
+func Create(path string) (*File, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	return &File{File: tmp, path: path, hash: sha256.New()}, nil
+}
+
+// Path is the final path.
+func (f *File) Path() string { return f.path }
+
+// Write writes p and feeds the hash.
+func (f *File) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.hash.Write(p[:n])
+	f.n += int64(n)
+	return n, err
+}
+
+// WriteAt writes at an offset (for parallel bodies). Bytes written this way are not hashed; callers using it
+// must hash the result with [HashFile] after Commit, or not rely on Sum.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	f.hash = nil
+	return f.File.WriteAt(p, off)
+}
+
+// Size is the number of bytes written through Write.
+func (f *File) Size() int64 { return f.n }
+
+// Sum is the hex sha256 of the bytes written through Write, or "" when WriteAt was used.
+func (f *File) Sum() string {
+	if f.hash == nil {
+		return ""
+	}
+	return hex.EncodeToString(f.hash.Sum(nil))
+}
+
+// Commit syncs the file, renames it to its final path and syncs the folder.
+func (f *File) Commit() error {
+	if f.done {
+		return errors.New("fsx: commit of a finished file")
+	}
+	f.done = true
+	tmp := f.File.Name()
+	if err := f.File.Sync(); err != nil {
+		f.File.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("sync %s: %w", f.path, err)
+	}
+	if err := f.File.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("close %s: %w", f.path, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, f.path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rename to %s: %w", f.path, err)
+	}
+	return SyncDir(filepath.Dir(f.path))
+}
+
+// Abort removes the temporary file. It is safe to call after Commit.
+func (f *File) Abort() {
+	if f.done {
+		return
+	}
+	f.done = true
+	name := f.File.Name()
+	f.File.Close()
+	os.Remove(name)
+}
+
+// SyncDir fsyncs a folder so a rename in it is durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("sync folder %s: %w", dir, err)
+	}
+	return nil
+}
+
+// WriteFile writes data to path atomically and returns its sha256.
+func WriteFile(path string, data []byte) (string, error) {
+	f, err := Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Abort()
+	if _, err := f.Write(data); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	sum := f.Sum()
+	return sum, f.Commit()
+}
+
+// HashFile returns the size and hex sha256 of a file.
+func HashFile(path string) (int64, string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer fh.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, fh)
+	if err != nil {
+		return 0, "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
