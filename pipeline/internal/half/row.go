@@ -1,0 +1,114 @@
+package half
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// F32ToF16Row converts min(len(dst), len(src)) values and returns the count.
+func F32ToF16Row(dst []uint16, src []float32) int {
+	n := min(len(dst), len(src))
+	dst, src = dst[:n], src[:n]
+	for i, v := range src {
+		dst[i] = f32BitsToF16(math.Float32bits(v))
+	}
+	return n
+}
+
+// F16ToF32Row converts min(len(dst), len(src)) values and returns the count.
+func F16ToF32Row(dst []float32, src []uint16) int {
+	n := min(len(dst), len(src))
+	dst, src = dst[:n], src[:n]
+	t := f16ToF32Table
+	for i, h := range src {
+		dst[i] = math.Float32frombits(t[h])
+	}
+	return n
+}
+
+// F32ToBF16Row converts min(len(dst), len(src)) values and returns the count.
+func F32ToBF16Row(dst []uint16, src []float32) int {
+	n := min(len(dst), len(src))
+	dst, src = dst[:n], src[:n]
+	for i, v := range src {
+		dst[i] = F32ToBF16(v)
+	}
+	return n
+}
+
+// BF16ToF32Row converts min(len(dst), len(src)) values and returns the count.
+func BF16ToF32Row(dst []float32, src []uint16) int {
+	n := min(len(dst), len(src))
+	dst, src = dst[:n], src[:n]
+	for i, h := range src {
+		dst[i] = math.Float32frombits(uint32(h) << 16)
+	}
+	return n
+}
+
+// DecodeF16LE decodes little-endian f16 values from src into dst and returns
+// the number of values decoded: min(len(dst), len(src)/2).
+func DecodeF16LE(dst []float32, src []byte) int {
+	n := min(len(dst), len(src)/2)
+	dst, src = dst[:n], src[:2*n]
+	t := f16ToF32Table
+	for i := range dst {
+		dst[i] = math.Float32frombits(t[binary.LittleEndian.Uint16(src[2*i:])])
+	}
+	return n
+}
+
+// DecodeBF16LE decodes little-endian bf16 values from src into dst and
+// returns the number of values decoded: min(len(dst), len(src)/2).
+func DecodeBF16LE(dst []float32, src []byte) int {
+	n := min(len(dst), len(src)/2)
+	dst, src = dst[:n], src[:2*n]
+	for i := range dst {
+		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+	}
+	return n
+}
+
+// DecodeF32LE decodes little-endian float32 values from src into dst and
+// returns the number of values decoded: min(len(dst), len(src)/4).
+func DecodeF32LE(dst []float32, src []byte) int {
+	n := min(len(dst), len(src)/4)
+	dst, src = dst[:n], src[:4*n]
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+	}
+	return n
+}
+
+// EncodeF16LE encodes src as little-endian f16 into dst and returns the
+// number of values encoded: min(len(dst)/2, len(src)).
+func EncodeF16LE(dst []byte, src []float32) int {
+	n := min(len(dst)/2, len(src))
+	dst, src = dst[:2*n], src[:n]
+	for i, v := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], f32BitsToF16(math.Float32bits(v)))
+	}
+	return n
+}
+
+// EncodeBF16LE encodes src as little-endian bf16 into dst and returns the
+// number of values encoded: min(len(dst)/2, len(src)).
+func EncodeBF16LE(dst []byte, src []float32) int {
+	n := min(len(dst)/2, len(src))
+	dst, src = dst[:2*n], src[:n]
+	for i, v := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+	}
+	return n
+}
+
+// EncodeF32LE encodes src as little-endian float32 into dst and returns the
+// number of values encoded: min(len(dst)/4, len(src)).
+func EncodeF32LE(dst []byte, src []float32) int {
+	n := min(len(dst)/4, len(src))
+	dst, src = dst[:4*n], src[:n]
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+	}
+	return n
+}

@@ -1,0 +1,325 @@
+package quantize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"golang.org/x/sync/errgroup"
+)
+
+// chunkElems is the size of one unit of work: big enough to amortise scheduling, small enough that
+// threads × chunks in flight stay a few MB.
+const chunkElems = 1 << 18
+
+// Options say what to quantize and how.
+type Options struct {
+	Source    *Source       // the input; required
+	FileType  gguf.FileType // target file type, e.g. FileTypeQ4_K_M
+	Out       string        // output path; required unless DryRun
+	Threads   int           // worker goroutines; 0 = all cores
+	Overrides Overrides
+	DryRun    bool // plan only
+}
+
+// Validate checks the options without touching files.
+func (o Options) Validate() error {
+	if o.Source == nil {
+		return errors.New("quantize: no input model")
+	}
+	if _, ok := DefaultType(o.FileType); !ok {
+		return fmt.Errorf("quantize: unsupported file type %s", o.FileType)
+	}
+	if o.Out == "" && !o.DryRun {
+		return errors.New("quantize: no output path")
+	}
+	if o.Threads < 0 {
+		return fmt.Errorf("quantize: threads must be >= 0, got %d", o.Threads)
+	}
+	return nil
+}
+
+// Result is what a quantization produced.
+type Result struct {
+	Input         string              `json:"input"`
+	Arch          string              `json:"architecture"`
+	FileType      string              `json:"file_type"`
+	Plan          Plan                `json:"plan"`
+	BitsPerWeight float64             `json:"bits_per_weight"`
+	Artifacts     []pipeline.Artifact `json:"artifacts,omitempty"`
+	Seconds       float64             `json:"seconds"`
+	InputMBps     float64             `json:"input_mb_per_s"`
+	Threads       int                 `json:"threads"`
+	DryRun        bool                `json:"dry_run,omitempty"`
+}
+
+// MakeSourcePlan computes the plan for a Source.
+func MakeSourcePlan(src *Source, ftype gguf.FileType, ov Overrides) (Plan, error) {
+	kv := make(map[string]any, len(src.KVs))
+	for _, e := range src.KVs {
+		if a, ok := e.Value.V.(gguf.Array); ok {
+			kv[e.Key] = a.Values
+		} else {
+			kv[e.Key] = e.Value.V
+		}
+	}
+	info, err := ModelInfoFromMetadata(src.Arch, kv)
+	if err != nil {
+		return Plan{}, fmt.Errorf("%s: %w", src.Name, err)
+	}
+	descs := make([]TensorDesc, len(src.Tensors))
+	for i, t := range src.Tensors {
+		descs[i] = TensorDesc{Name: t.Name, Type: t.Type, Shape: t.Shape}
+	}
+	return MakePlan(src.Arch, info, descs, ftype, ov)
+}
+
+// Run quantizes the source into Out: the plan decides each tensor's type, tensors are quantized in row blocks
+// on a bounded pool of workers and streamed, in plan order, through the two-phase GGUF writer into an atomic
+// output file. Peak memory is a few chunks per thread, independent of the model size.
+func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) {
+	if rep == nil {
+		rep = pipeline.Discard
+	}
+	if err := o.Validate(); err != nil {
+		return Result{}, err
+	}
+	src := o.Source
+	plan, err := MakeSourcePlan(src, o.FileType, o.Overrides)
+	if err != nil {
+		return Result{}, err
+	}
+	threads := o.Threads
+	if threads == 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	res := Result{Input: src.Name, Arch: src.Arch, FileType: o.FileType.String(), Plan: plan,
+		BitsPerWeight: plan.BitsPerWeight(), Threads: threads, DryRun: o.DryRun}
+	if o.DryRun {
+		return res, nil
+	}
+	byName := make(map[string]*SourceTensor, len(src.Tensors))
+	for i := range src.Tensors {
+		byName[src.Tensors[i].Name] = &src.Tensors[i]
+	}
+
+	w := gguf.NewWriter()
+	for _, kv := range src.KVs {
+		if kv.Key == KeyQuantizationVersion || kv.Key == KeyFileType || kv.Key == "general.alignment" {
+			continue // re-appended at the end, as llama-quantize does (gguf_set_val = remove + append)
+		}
+		if err := w.SetKV(kv.Key, kv.Value); err != nil {
+			return res, fmt.Errorf("%s: %w", src.Name, err)
+		}
+	}
+	for _, kv := range plan.MetadataKVs() {
+		w.SetKV(kv.Key, gguf.Uint32(kv.Value))
+	}
+	for _, e := range plan.Entries {
+		if err := w.AddTensor(e.Name, e.To, e.Shape); err != nil {
+			return res, err
+		}
+	}
+
+	out, err := fsx.Create(o.Out)
+	if err != nil {
+		return res, err
+	}
+	defer out.Abort()
+	start := time.Now()
+	rep.Begin("quantize "+o.FileType.String(), plan.InBytes)
+	err = write(ctx, w, out, plan, byName, threads, rep)
+	if err == nil {
+		err = out.Commit()
+	}
+	rep.End("quantize "+o.FileType.String(), err)
+	if err != nil {
+		return res, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if res.Seconds > 0 {
+		res.InputMBps = float64(plan.InBytes) / 1e6 / res.Seconds
+	}
+	res.Artifacts = []pipeline.Artifact{{Path: o.Out, Kind: "gguf", Size: out.Size(), SHA256: out.Sum()}}
+	return res, nil
+}
+
+// job is one chunk of rows of one tensor.
+type job struct {
+	seq     int
+	entry   *PlanEntry
+	src     *SourceTensor
+	row0, n int64
+	copyRaw bool // copy the stored bytes unchanged (whole tensor in one job)
+}
+
+type done struct {
+	seq   int
+	entry *PlanEntry
+	data  []byte
+	last  bool // last chunk of its tensor
+	in    int64
+	raw   bool
+}
+
+func write(ctx context.Context, w *gguf.Writer, out io.Writer, plan Plan, byName map[string]*SourceTensor,
+	threads int, rep pipeline.Reporter) error {
+	if err := w.WriteHeader(out); err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	jobs := make(chan job, threads)
+	results := make(chan done, 2*threads)
+	inflight := make(chan struct{}, 3*threads) // bounds memory: chunks produced but not yet written
+	bufPool := sync.Pool{}
+
+	// Producer: walk the plan and cut tensors into chunks.
+	g.Go(func() error {
+		defer close(jobs)
+		seq := 0
+		for i := range plan.Entries {
+			e := &plan.Entries[i]
+			st := byName[e.Name]
+			if st == nil {
+				return fmt.Errorf("quantize: plan names tensor %q the source does not have", e.Name)
+			}
+			if e.From == e.To && st.Raw != nil {
+				select {
+				case inflight <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				if err := send(ctx, jobs, job{seq: seq, entry: e, src: st, copyRaw: true}); err != nil {
+					return err
+				}
+				seq++
+				continue
+			}
+			rows := st.Rows()
+			per := max(int64(1), chunkElems/int64(e.Shape[0]))
+			for r := int64(0); r < rows; r += per {
+				select {
+				case inflight <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				if err := send(ctx, jobs, job{seq: seq, entry: e, src: st, row0: r, n: min(per, rows-r)}); err != nil {
+					return err
+				}
+				seq++
+			}
+		}
+		return nil
+	})
+
+	// Workers: decode rows, encode to the target type.
+	var wg sync.WaitGroup
+	for range threads {
+		wg.Add(1)
+		g.Go(func() error {
+			defer wg.Done()
+			var rows []float32
+			for j := range jobs {
+				if j.copyRaw {
+					if err := send(ctx, results, done{seq: j.seq, entry: j.entry, last: true, raw: true}); err != nil {
+						return err
+					}
+					continue
+				}
+				var err error
+				rows, err = j.src.ReadRows(ctx, j.row0, j.n, rows)
+				if err != nil {
+					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+				}
+				enc, err := rowEncoder(j.entry.To)
+				if err != nil {
+					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+				}
+				rb, err := j.entry.To.RowBytes(int64(j.entry.Shape[0]))
+				if err != nil {
+					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+				}
+				var buf []byte
+				if b, ok := bufPool.Get().(*[]byte); ok {
+					buf = *b
+				}
+				buf = grow(buf, int(rb*j.n))
+				enc(buf, rows)
+				inRows := j.entry.InBytes / max(j.src.Rows(), 1)
+				d := done{seq: j.seq, entry: j.entry, data: buf, last: j.row0+j.n == j.src.Rows(), in: inRows * j.n}
+				if err := send(ctx, results, d); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { wg.Wait(); close(results); return nil })
+
+	// Writer: put chunks in sequence order into the file.
+	g.Go(func() error {
+		pending := map[int]done{}
+		next := 0
+		for d := range results {
+			pending[d.seq] = d
+			for {
+				p, ok := pending[next]
+				if !ok {
+					break
+				}
+				delete(pending, next)
+				next++
+				if err := emit(w, p, byName, &bufPool, rep); err != nil {
+					return err
+				}
+				<-inflight
+			}
+		}
+		if len(pending) > 0 && ctx.Err() == nil {
+			return errors.New("quantize: internal error: chunks left unwritten")
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return w.Finish()
+}
+
+// send sends v unless ctx is done first.
+func send[T any](ctx context.Context, ch chan<- T, v T) error {
+	select {
+	case ch <- v:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func emit(w *gguf.Writer, d done, byName map[string]*SourceTensor, pool *sync.Pool, rep pipeline.Reporter) error {
+	if d.raw {
+		r, err := byName[d.entry.Name].Raw()
+		if err != nil {
+			return err
+		}
+		if err := w.WriteTensorFrom(d.entry.Name, r); err != nil {
+			return err
+		}
+		rep.Add(d.entry.InBytes)
+		return nil
+	}
+	if err := w.WriteTensorPart(d.entry.Name, d.data, d.last); err != nil {
+		return err
+	}
+	rep.Add(d.in)
+	b := d.data[:0]
+	pool.Put(&b)
+	return nil
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up (idempotent), vet, every package's tests, the fuzz targets for a fixed count,
+# and the bit-exact kernel tests under GOAMD64=v1/v3 and arm64 emulation.
+# Usage: bash scripts/test.sh            (what CI runs through .ci/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+export CI="${CI:-}"
+
+bash scripts/setup.sh
+
+echo "== go vet" >&2
+go vet ./...
+
+echo "== go test" >&2
+go test -count=1 -timeout 45m ./...
+
+echo "== fuzz (fixed count)" >&2
+fuzzcount="${PHONELLM_FUZZ_COUNT:-3000x}"
+# Every Fuzz* function in the tree runs for a fixed number of inputs (seed corpus first).
+grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
+	pkg="./$(dirname "${f#./}")"
+	for fn in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | cut -d' ' -f2); do
+		echo "   $pkg $fn" >&2
+		go test -run='^$' -fuzz="^${fn}\$" -fuzztime="$fuzzcount" "$pkg" >/dev/null
+	done
+done
+
+echo "== kernels under GOAMD64=v1/v3 and arm64" >&2
+bash scripts/test-kernels-cross.sh
+echo "all tests passed" >&2
