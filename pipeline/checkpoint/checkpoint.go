@@ -1,0 +1,84 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/internal/safetensors"
+)
+
+// Checkpoint is an opened Hugging Face model directory.
+type Checkpoint struct {
+	Dir    string
+	Config map[string]any // config.json as parsed
+	st     *safetensors.Checkpoint
+	infos  []pipeline.TensorInfo
+}
+
+var _ pipeline.TensorSource = (*Checkpoint)(nil)
+
+// Open opens dir: config.json must parse, and the safetensors headers are read and checked (no tensor data).
+func Open(dir string) (*Checkpoint, error) {
+	cfgPath := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a Hugging Face checkpoint: %w", dir, err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: invalid JSON: %w", cfgPath, err)
+	}
+	st, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{Dir: dir, Config: cfg, st: st}
+	for _, t := range st.Tensors() {
+		c.infos = append(c.infos, pipeline.TensorInfo{Name: t.Name, DType: string(t.DType), Shape: t.Shape})
+	}
+	return c, nil
+}
+
+// Architecture is architectures[0] of config.json, or "".
+func (c *Checkpoint) Architecture() string {
+	if archs, ok := c.Config["architectures"].([]any); ok && len(archs) > 0 {
+		s, _ := archs[0].(string)
+		return s
+	}
+	return ""
+}
+
+// Tensors lists the tensors sorted by name.
+func (c *Checkpoint) Tensors() []pipeline.TensorInfo { return c.infos }
+
+// Bytes is the size of a tensor's stored data.
+func (c *Checkpoint) Bytes(name string) int64 {
+	t, _ := c.st.Tensor(name)
+	return t.Size
+}
+
+// TotalBytes is the size of all tensor data.
+func (c *Checkpoint) TotalBytes() int64 { return c.st.TotalSize() }
+
+// ReadRows decodes rows of a tensor to float32.
+func (c *Checkpoint) ReadRows(ctx context.Context, name string, row0, n int64, dst []float32) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.st.ReadRows(name, row0, n, dst)
+}
+
+// Close releases the files.
+func (c *Checkpoint) Close() error { return c.st.Close() }
+
+// IsInputError reports whether err means the checkpoint's bytes are malformed or unsupported.
+func IsInputError(err error) bool {
+	var fe *safetensors.FormatError
+	var ue *safetensors.UnsupportedError
+	return errors.As(err, &fe) || errors.As(err, &ue)
+}
