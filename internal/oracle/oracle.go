@@ -35,6 +35,9 @@ type ContextOptions struct {
 	BatchSize      int
 	Threads        int
 	FlashAttention bool
+	// KVCacheType is the K/V cache element type: "" or "F16" (llama.cpp's default), or "F32" to compare logits
+	// with an f32 reference within 1e-3 (an F16 cache alone costs ~1e-2 on tiny random models).
+	KVCacheType string
 }
 
 // Oracle is a running oracle process. Its methods are safe for concurrent use; requests are served one
@@ -304,6 +307,9 @@ func (o *Oracle) withContext(req map[string]any) map[string]any {
 	}
 	if c.FlashAttention {
 		req["flashAttention"] = true
+	}
+	if c.KVCacheType != "" {
+		req["kvCacheType"] = c.KVCacheType
 	}
 	return req
 }

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/safetensors"
+	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
 // Checkpoint is an opened Hugging Face model directory.
@@ -65,12 +65,22 @@ func (c *Checkpoint) Bytes(name string) int64 {
 // TotalBytes is the size of all tensor data.
 func (c *Checkpoint) TotalBytes() int64 { return c.st.TotalSize() }
 
-// ReadRows decodes rows of a tensor to float32.
+// ReadRows decodes rows [row0, row0+n) of a tensor to float32, a row being the last dimension (the
+// pipeline.TensorSource convention: a [E, out, in] expert tensor has E·out rows of in values).
 func (c *Checkpoint) ReadRows(ctx context.Context, name string, row0, n int64, dst []float32) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return c.st.ReadRows(name, row0, n, dst)
+	t, ok := c.st.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("%s: no tensor %q", c.Dir, name)
+	}
+	info := pipeline.TensorInfo{Name: t.Name, Shape: t.Shape}
+	rowLen, rows := info.RowLen(), info.Rows()
+	if row0 < 0 || n < 0 || row0 > rows || n > rows-row0 {
+		return nil, fmt.Errorf("%s: tensor %q: rows [%d, %d) outside its %d rows", c.Dir, name, row0, row0+n, rows)
+	}
+	return c.st.ReadElements(name, row0*rowLen, n*rowLen, dst)
 }
 
 // Close releases the files.

@@ -58,6 +58,8 @@ type Result struct {
 	InputMBps     float64             `json:"input_mb_per_s"`
 	Threads       int                 `json:"threads"`
 	DryRun        bool                `json:"dry_run,omitempty"`
+	// Fit is the phone-fit verdict of the output, filled in by callers that check it (the CLI does).
+	Fit any `json:"fit,omitempty"`
 }
 
 // MakeSourcePlan computes the plan for a Source.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/internal/half"
 	"github.com/phonellm/phonellm/pipeline/quantize/kquant"
 )
@@ -100,6 +101,9 @@ func TestRunMatchesKernelsAndThreads(t *testing.T) {
 		}
 		if res.Artifacts[0].SHA256 == "" || res.BitsPerWeight < 4 || res.BitsPerWeight > 7 {
 			t.Errorf("result %+v", res)
+		}
+		if n, sum, err := fsx.HashFile(out); err != nil || sum != res.Artifacts[0].SHA256 || n != res.Artifacts[0].Size {
+			t.Fatalf("artifact %+v, file has %d bytes sha256 %s (%v)", res.Artifacts[0], n, sum, err)
 		}
 		b, _ := os.ReadFile(out)
 		outs = append(outs, b)

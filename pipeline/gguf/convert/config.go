@@ -190,11 +190,6 @@ func (h *hparams) str(key string) (string, bool) {
 	return s, ok
 }
 
-func (h *hparams) object(key string) (map[string]any, bool) {
-	m, ok := h.merged[key].(map[string]any)
-	return m, ok
-}
-
 // architecture returns architectures[0] of the root config.
 func (h *hparams) architecture() (string, error) {
 	a, ok := h.root["architectures"].([]any)

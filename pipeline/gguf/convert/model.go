@@ -14,7 +14,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/internal/half"
-	"github.com/phonellm/phonellm/pipeline/internal/safetensors"
+	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
 // Model is a checkpoint ready to be written as GGUF: the metadata and the plan of output tensors in upstream's

@@ -11,7 +11,7 @@ import (
 	"github.com/phonellm/phonellm/internal/oracle"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/safetensors"
+	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
 // TestOracleLoads loads every preset's F32, F16 and BF16 GGUF in upstream llama.cpp (the node-llama-cpp

@@ -33,7 +33,11 @@ func qwen2Fake(dtype string) *fakeSource {
 }
 
 func TestQwen2TypesAndNames(t *testing.T) {
-	m := loadFake(t, qwen2Cfg(), qwen2Regex, qwen2Fake("BF16"), Options{})
+	src := qwen2Fake("BF16")
+	m := loadFake(t, qwen2Cfg(), qwen2Regex, src, Options{})
+	if src.reads != 0 {
+		t.Errorf("Load read tensor data %d times", src.reads)
+	}
 	want := map[string]gguf.Type{
 		"output.weight":          gguf.TypeBF16, // F32 source, but auto found bf16 2-D tensors
 		"token_embd.weight":      gguf.TypeBF16,

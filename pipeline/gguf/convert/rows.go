@@ -18,16 +18,6 @@ const (
 	opNegExp    // A_log → -exp(A_log)
 )
 
-func (o op) String() string {
-	switch o {
-	case opAddOne:
-		return "+1"
-	case opNegExp:
-		return "-exp"
-	}
-	return "none"
-}
-
 // segment maps a run of output rows to rows of one source tensor. Without a reorder the mapping is
 // srcRow0 + i; with one (block > 0) the segment is kh·r blocks of block rows, stored grouped by K head in
 // the source and tiled in the output: output block v·kh + k comes from source block k·r + v

@@ -15,7 +15,7 @@ import (
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/internal/fsx"
-	"github.com/phonellm/phonellm/pipeline/internal/safetensors"
+	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
 // TestShardOrder checks upstream's processing order on a sharded checkpoint: shard files in name order,

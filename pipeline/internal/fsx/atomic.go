@@ -15,7 +15,7 @@ import (
 // publish it under its final name, or Abort to remove it. Abort after Commit is a no-op, so `defer f.Abort()`
 // is the usual pattern.
 type File struct {
-	*os.File
+	f    *os.File // not embedded: promoted ReadFrom/WriteString would bypass the hash
 	path string
 	hash hash.Hash
 	n    int64
@@ -33,15 +33,21 @@ func Create(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
-	return &File{File: tmp, path: path, hash: sha256.New()}, nil
+	return &File{f: tmp, path: path, hash: sha256.New()}, nil
 }
+
+// TempName is the temporary file's path (where bytes go until Commit).
+func (f *File) TempName() string { return f.f.Name() }
+
+// Truncate sets the size of the temporary file (for callers that write bodies with WriteAt).
+func (f *File) Truncate(size int64) error { return f.f.Truncate(size) }
 
 // Path is the final path.
 func (f *File) Path() string { return f.path }
 
 // Write writes p and feeds the hash.
 func (f *File) Write(p []byte) (int, error) {
-	n, err := f.File.Write(p)
+	n, err := f.f.Write(p)
 	f.hash.Write(p[:n])
 	f.n += int64(n)
 	return n, err
@@ -51,7 +57,7 @@ func (f *File) Write(p []byte) (int, error) {
 // must hash the result with [HashFile] after Commit, or not rely on Sum.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	f.hash = nil
-	return f.File.WriteAt(p, off)
+	return f.f.WriteAt(p, off)
 }
 
 // Size is the number of bytes written through Write.
@@ -71,13 +77,13 @@ func (f *File) Commit() error {
 		return errors.New("fsx: commit of a finished file")
 	}
 	f.done = true
-	tmp := f.File.Name()
-	if err := f.File.Sync(); err != nil {
-		f.File.Close()
+	tmp := f.f.Name()
+	if err := f.f.Sync(); err != nil {
+		f.f.Close()
 		os.Remove(tmp)
 		return fmt.Errorf("sync %s: %w", f.path, err)
 	}
-	if err := f.File.Close(); err != nil {
+	if err := f.f.Close(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("close %s: %w", f.path, err)
 	}
@@ -98,8 +104,8 @@ func (f *File) Abort() {
 		return
 	}
 	f.done = true
-	name := f.File.Name()
-	f.File.Close()
+	name := f.f.Name()
+	f.f.Close()
 	os.Remove(name)
 }
 

@@ -179,7 +179,9 @@ async function getSequence(entry, req) {
     const batchSize = intOption(req, "batchSize", Math.min(512, contextSize), 1, contextSize);
     const threads = intOption(req, "threads", defaultThreads, 1, 256);
     const flashAttention = req.flashAttention === true;
-    const key = `${contextSize}/${batchSize}/${threads}/${flashAttention}`;
+    // KV cache element type: llama.cpp's default F16, or F32 for exactness checks against an f32 reference.
+    const kvType = req.kvCacheType === "F32" ? "F32" : "F16";
+    const key = `${contextSize}/${batchSize}/${threads}/${flashAttention}/${kvType}`;
     let cs = entry.contexts.get(key);
     if (cs == null) {
         for (const old of entry.contexts.values())
@@ -191,6 +193,8 @@ async function getSequence(entry, req) {
             threads: {ideal: threads, min: threads},
             flashAttention,
             sequences: 1,
+            experimentalKvCacheKeyType: kvType,
+            experimentalKvCacheValueType: kvType,
         });
         cs = {ctx, seq: ctx.getSequence()};
         entry.contexts.set(key, cs);
