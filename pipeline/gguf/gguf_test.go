@@ -39,7 +39,7 @@ func sample(t testing.TB) (*Writer, map[string][]byte) {
 	must(w.SetKV("bools", Bools([]bool{true, false})))
 	must(w.SetKV("nested", Arrays([]Array{{ValueInt32, []int32{1, 2}}, {ValueInt32, []int32{}}})))
 	bodies := map[string][]byte{
-		"token_embd.weight": bytes.Repeat([]byte{1, 2}, 8*4),
+		"token_embd.weight":      bytes.Repeat([]byte{1, 2}, 8*4),
 		"blk.0.attn_norm.weight": bytes.Repeat([]byte{3}, 8*4),
 		"blk.0.ffn_down.weight":  bytes.Repeat([]byte{5}, 2*144),
 	}

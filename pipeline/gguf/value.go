@@ -325,4 +325,3 @@ func checkArray(a Array) error {
 	}
 	return nil
 }
-

@@ -27,6 +27,8 @@ type Writer struct {
 	next       int // index of the next tensor to write
 	err        error
 	written    int64
+	partOf     string // tensor being written in pieces
+	partN      uint64 // bytes of it written so far
 }
 
 // NewWriter returns an empty plan.
@@ -235,12 +237,46 @@ func (w *Writer) WriteTensorFrom(name string, r io.Reader) error {
 	return w.end(t)
 }
 
+// WriteTensorPart writes the next piece of the body of tensor name; pieces arrive in order and last marks the
+// final one, after which the total must equal the tensor's size and the padding is written. Large tensors are
+// streamed this way without ever being whole in memory.
+func (w *Writer) WriteTensorPart(name string, data []byte, last bool) error {
+	if w.partOf != name {
+		if w.partOf != "" {
+			return w.setErr(fmt.Errorf("gguf: tensor %q started before %q was finished", name, w.partOf))
+		}
+		if _, err := w.begin(name); err != nil {
+			return err
+		}
+		w.partOf, w.partN = name, 0
+	}
+	t := w.tensors[w.next]
+	if w.partN+uint64(len(data)) > t.Size() {
+		return w.setErr(fmt.Errorf("gguf: tensor %q: pieces exceed its %d bytes", name, t.Size()))
+	}
+	if _, err := w.out.Write(data); err != nil {
+		return w.setErr(err)
+	}
+	w.partN += uint64(len(data))
+	if !last {
+		return nil
+	}
+	if w.partN != t.Size() {
+		return w.setErr(fmt.Errorf("gguf: tensor %q: got %d bytes, want %d (%s %v)", name, w.partN, t.Size(), t.Type, t.Shape))
+	}
+	w.partOf = ""
+	return w.end(t)
+}
+
 func (w *Writer) begin(name string) (TensorInfo, error) {
 	if w.err != nil {
 		return TensorInfo{}, w.err
 	}
 	if w.out == nil {
 		return TensorInfo{}, errors.New("gguf: WriteTensor before WriteHeader")
+	}
+	if w.partOf != "" && w.partOf != name {
+		return TensorInfo{}, w.setErr(fmt.Errorf("gguf: tensor %q started before %q was finished", name, w.partOf))
 	}
 	t, ok := w.NextTensor()
 	if !ok {

@@ -113,6 +113,14 @@ func (b *builder) kvs(name string) ([]gguf.KV, error) {
 	k.add("general.name", gguf.String(name))
 
 	k.add(p+"block_count", gguf.Uint32(uint32(b.blocks)))
+	// upstream reads these with optional=True, but llama.cpp cannot load a Qwen file without them
+	// (gguf-quant-convert.md §10.2): a config that lacks one is an error here, not a file that fails on the phone.
+	for _, req := range [][]string{{"hidden_size", "n_embd", "dim"}, {"num_attention_heads", "n_head", "n_heads"},
+		{"rms_norm_eps", "norm_eps"}} {
+		if _, ok := h.find(req...); !ok {
+			return nil, h.missing(req...)
+		}
+	}
 	if err := k.optUint32(h, p+"context_length", "max_position_embeddings", "n_ctx", "n_positions", "max_length", "max_sequence_length", "model_max_length"); err != nil {
 		return nil, err
 	}

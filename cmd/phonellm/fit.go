@@ -1,0 +1,135 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
+	"github.com/phonellm/phonellm/pipeline/fit"
+	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/spf13/cobra"
+)
+
+func init() { register("build", newFitCmd) }
+
+func newFitCmd(a *app) *cobra.Command {
+	var o fit.Options
+	var fileType string
+	cmd := &cobra.Command{
+		Use:   "fit [MODEL.gguf] [--phone 16gb] [--ctx 8192] [--parallel 1] [--all]",
+		Short: "Will this GGUF run on that phone? Memory estimate, headroom, largest context and slots",
+		Long: `Estimate the resident memory of serving a GGUF on a phone from its metadata alone (weights, KV cache of the
+attention layers for ctx × parallel slots, recurrent state of Qwen3.5's delta-net layers, compute buffers,
+runtime overhead) and compare it with a phone profile: verdict, headroom, the largest context and slot count that
+fit and, when it does not fit, the best quantization type or smaller model that would. --config sizes a model
+from its config.json alone (no weights). Exit code 4 when it does not fit.
+
+Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Config == "" {
+				arg := ""
+				if len(args) == 1 {
+					arg = args[0]
+				}
+				p, err := resolveGGUF(a, arg)
+				if err != nil {
+					return err
+				}
+				o.Model = p
+			}
+			if fileType != "" {
+				ft, err := gguf.ParseFileType(fileType)
+				if err != nil {
+					return usageError("%v", err)
+				}
+				o.FileType = ft
+			}
+			if o.Phone == "" {
+				if ws, _ := findWorkspace(); ws != nil {
+					o.Phone = ws.Project.Phone
+				}
+			}
+			res, err := fit.Run(a.ctx, o, a.reporter())
+			if err != nil {
+				var ue *fit.UnknownProfileError
+				if errors.As(err, &ue) {
+					return usageError("%v", err)
+				}
+				return err
+			}
+			if err := a.io.Result(res, func(w io.Writer) { printFit(w, res) }); err != nil {
+				return err
+			}
+			if !res.Verdict.Fits {
+				return withCode(exitVerdict, fmt.Errorf("%s does not fit a %s phone (%s over)", res.Model, res.Verdict.Profile,
+					ui.HumanBytes(-res.Verdict.Headroom)), suggestionHint(res))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Phone, "phone", "", "phone profile (default: the workspace's, else 16gb)")
+	f.IntVar(&o.Ctx, "ctx", 4096, "context tokens per slot")
+	f.IntVar(&o.Parallel, "parallel", 1, "parallel slots (concurrent chats)")
+	f.StringVar(&o.KVType, "kv-type", "f16", "KV cache type: f16, q8_0, q4_0")
+	f.BoolVar(&o.All, "all", false, "also print a table over every profile")
+	f.StringVar(&o.ProfilesFile, "profiles", "", "JSON file with extra or overriding phone profiles")
+	f.StringVar(&o.Config, "config", "", "size a model from its config.json instead of a GGUF (no weights needed)")
+	f.StringVar(&fileType, "type", "", "with --config: quantization type to size it at (default q4_k_m)")
+	f.StringVar((*string)(&o.Engine), "engine", "", "runtime to account for: llamacpp (phones, default) or goengine (phonellm serve)")
+	return cmd
+}
+
+func profileNames() string {
+	s := ""
+	for i, p := range fit.Builtin() {
+		if i > 0 {
+			s += ", "
+		}
+		s += p.Name
+	}
+	return s
+}
+
+func suggestionHint(res fit.Result) string {
+	if res.Suggestion != nil && res.Suggestion.Message != "" {
+		return res.Suggestion.Message
+	}
+	return ""
+}
+
+func printFit(w io.Writer, r fit.Result) {
+	v := r.Verdict
+	status := string(v.Status)
+	fmt.Fprintf(w, "%s on a %s phone: %s\n", r.Model, v.Profile, status)
+	fmt.Fprintf(w, "  needs %s of %s usable (headroom %s)\n", ui.HumanBytes(v.Needed), ui.HumanBytes(v.Usable), signedBytes(v.Headroom))
+	b := r.Breakdown
+	fmt.Fprintf(w, "  weights %s, KV cache %s, recurrent state %s, compute %s, overhead %s\n",
+		ui.HumanBytes(b.Weights), ui.HumanBytes(b.KVCache), ui.HumanBytes(b.Recurrent), ui.HumanBytes(b.Compute), ui.HumanBytes(b.Overhead))
+	fmt.Fprintf(w, "  largest context that fits: %d tokens; most slots at this context: %d\n", r.MaxCtx, r.MaxParallel)
+	if v.Threads > 0 {
+		fmt.Fprintf(w, "  threads %d, decode at most ~%.0f tokens/s (memory bandwidth bound)\n", v.Threads, v.MaxTokensPerSec)
+	}
+	if s := r.Suggestion; s != nil && s.Message != "" {
+		fmt.Fprintf(w, "  suggestion: %s\n", s.Message)
+	}
+	if len(r.Table) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nphone\tverdict\tusable\tneeded\theadroom\tmax ctx\tmax slots")
+		for _, row := range r.Table {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", row.Profile, row.Status, ui.HumanBytes(row.Usable),
+				ui.HumanBytes(row.Needed), signedBytes(row.Headroom), row.MaxCtx, row.MaxParallel)
+		}
+		tw.Flush()
+	}
+}
+
+func signedBytes(n int64) string {
+	if n < 0 {
+		return "-" + ui.HumanBytes(-n)
+	}
+	return ui.HumanBytes(n)
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/merge"
+	"github.com/phonellm/phonellm/pipeline/workspace"
+	"github.com/spf13/cobra"
+)
+
+func init() { register("build", newMergeCmd) }
+
+// mergedKind is the workspace artifact kind of a merged checkpoint folder.
+const mergedKind = "merged-checkpoint"
+
+func newMergeCmd(a *app) *cobra.Command {
+	var base, out string
+	var loras []string
+	var shard int64
+	var threads int
+	cmd := &cobra.Command{
+		Use:   "merge [--base DIR] --lora ADAPTER[:WEIGHT]... [-o OUT_DIR]",
+		Short: "Merge PEFT LoRA adapters into the 16-bit base checkpoint (streaming)",
+		Long: `Merge PEFT LoRA adapters into the base weights: W' = W + s·B·A with s = alpha/r (alpha/√r for rsLoRA,
+per-module rank/alpha patterns), DoRA magnitude renormalisation, embedding LoRA, modules_to_save and LoRA bias.
+Accumulated in f32 and rounded once to the base dtype. Every adapter tensor must find its base tensor, and an
+adapter that would change nothing is an error. Tied embeddings changed by the adapter are written untied.
+
+The output is a Hugging Face checkpoint folder (sharded safetensors, config, tokenizer, chat template and a
+phonellm-merge.json provenance record), written tensor by tensor into a temporary folder and renamed at the end.
+Without flags, the workspace's base and adapters are used. You can also skip this step: quantize and convert
+merge on the fly with --lora.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			refs, err := parseAdapterRefs(loras)
+			if err != nil {
+				return err
+			}
+			ws, err := findWorkspace()
+			if err != nil {
+				return err
+			}
+			name := ""
+			if base == "" {
+				if ws == nil {
+					return usageError("no --base given and no workspace here")
+				}
+				if base, err = resolveBase(a, ws.Root, ws.Project.Base); err != nil {
+					return err
+				}
+				if len(refs) == 0 {
+					for _, p := range ws.Project.Adapters {
+						refs = append(refs, adapterRef{Path: ws.Path(p), Weight: 1})
+					}
+				}
+				name = ws.Project.Name
+			}
+			if len(refs) == 0 {
+				return usageError("no adapter: pass --lora DIR (or list adapters in phonellm.yaml)")
+			}
+			if name == "" {
+				name = filepath.Base(filepath.Clean(base))
+			}
+			if out == "" {
+				dir := filepath.Dir(filepath.Clean(base))
+				if ws != nil {
+					dir = ws.Root
+				}
+				out = filepath.Join(dir, name+"-merged")
+			}
+			inputs := map[string]string{}
+			fp, err := workspace.Fingerprint(base)
+			if err != nil {
+				return err
+			}
+			inputs["base"] = fp
+			var mrefs []merge.AdapterRef
+			for i, r := range refs {
+				fp, err := workspace.Fingerprint(r.Path)
+				if err != nil {
+					return fmt.Errorf("adapter %s: %w", r.Path, err)
+				}
+				inputs[fmt.Sprintf("adapter%d", i)] = fmt.Sprintf("%s*%g", fp, r.Weight)
+				mrefs = append(mrefs, merge.AdapterRef{Path: r.Path, Weight: r.Weight})
+			}
+			key := workspace.Key(inputs, map[string]any{"out": out, "shard": shard})
+			if ws != nil {
+				if rec := ws.UpToDate("merge", key); rec != nil {
+					a.io.Printf("%s is up to date (inputs unchanged); nothing to do\n", out)
+					return a.io.Result(rec, func(w io.Writer) { fmt.Fprintln(w, out) })
+				}
+			}
+			res, err := merge.Run(a.ctx, merge.Options{Base: base, Adapters: mrefs, Out: out, MaxShardBytes: shard, Threads: threads}, a.reporter())
+			if err != nil {
+				return err
+			}
+			if ws != nil {
+				if err := ws.Record(workspace.Record{Stage: "merge", Key: key, Inputs: inputs,
+					Artifacts: append([]pipeline.Artifact{{Path: res.Out, Kind: mergedKind, Size: res.Bytes}}, res.Artifacts...)}); err != nil {
+					a.io.Warnf("workspace state not updated: %v", err)
+				}
+			}
+			if res.Untied {
+				a.io.Warnf("the adapter changes the tied embedding/lm_head: the merged checkpoint has both, untied (tie_word_embeddings=false)")
+			}
+			return a.io.Result(res, func(w io.Writer) {
+				fmt.Fprintf(w, "%s\n", res.Out)
+				changed := 0
+				if res.Report != nil {
+					changed = len(res.Report.Tensors)
+				}
+				fmt.Fprintf(w, "  %d tensors changed by %d adapter(s), %s of tensors, %.1f s\n", changed, len(res.Adapters), ui.HumanBytes(res.Bytes), res.Seconds)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&base, "base", "", "base checkpoint folder (default: the workspace's base)")
+	f.StringArrayVar(&loras, "lora", nil, "PEFT adapter folder, PATH or PATH:WEIGHT (repeatable, applied in order)")
+	f.StringVarP(&out, "out", "o", "", "output folder (default <name>-merged next to the workspace)")
+	f.Int64Var(&shard, "max-shard-size", 0, "bytes of tensors per safetensors shard (default 5 GB)")
+	f.IntVar(&threads, "threads", 0, "worker threads (default: all cores)")
+	return cmd
+}

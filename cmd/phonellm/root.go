@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
+	"github.com/spf13/cobra"
+)
+
+// app is what every command shares: the streams, the root context and global flags.
+type app struct {
+	io      *ui.Streams
+	ctx     context.Context
+	noColor bool
+}
+
+func (a *app) reporter() *ui.Reporter { return ui.NewReporter(a.io) }
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "phonellm",
+		Short: "Take a fine-tuned model from training to a fleet of phones",
+		Long: `phonellm merges a LoRA adapter into its base model, converts it to GGUF, quantizes it, checks that it
+fits a phone's memory, publishes it to the Hugging Face Hub, ships it to a fleet of phones (or local replicas)
+and serves an OpenAI-compatible API behind one gateway.
+
+Results go to stdout (add --json for machine-readable output); progress and warnings go to stderr.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+			if a.noColor {
+				a.io.Color = false
+			}
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.BoolVar(&a.io.JSON, "json", false, "print the result as JSON on stdout")
+	pf.BoolVarP(&a.io.Quiet, "quiet", "q", false, "no progress output on stderr")
+	pf.BoolVarP(&a.io.Verbose, "verbose", "v", false, "more detail on stderr")
+	pf.BoolVar(&a.noColor, "no-color", false, "no colours on stderr (also NO_COLOR)")
+
+	root.AddGroup(&cobra.Group{ID: "build", Title: "Build a phone model:"},
+		&cobra.Group{ID: "ship", Title: "Publish and ship:"},
+		&cobra.Group{ID: "run", Title: "Run and measure:"})
+	add := func(group string, cmds ...*cobra.Command) {
+		for _, c := range cmds {
+			c.GroupID = group
+			root.AddCommand(c)
+		}
+	}
+	add("build", newInspectCmd(a))
+	for _, c := range extraCommands {
+		add(c.group, c.make(a))
+	}
+	root.AddCommand(newVersionCmd(a))
+	var env strings.Builder
+	printEnvironment(&env)
+	// A command without Run is a help topic: `phonellm help environment` prints its Long text.
+	root.AddCommand(&cobra.Command{Use: "environment", Short: "Environment variables phonellm reads", Long: env.String()})
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError("%v (see '%s --help')", err, cmd.CommandPath())
+	})
+	return root
+}
+
+// extraCommands lets each command file register itself without editing root.go.
+var extraCommands []struct {
+	group string
+	make  func(*app) *cobra.Command
+}
+
+func register(group string, make func(*app) *cobra.Command) {
+	extraCommands = append(extraCommands, struct {
+		group string
+		make  func(*app) *cobra.Command
+	}{group, make})
+}
+
+// run executes the command line and returns the exit code.
+func run(ctx context.Context, args []string, s *ui.Streams) int {
+	a := &app{io: s, ctx: ctx}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && isCobraUsage(err) {
+		err = usageError("%v (see '%s --help')", err, cmd.CommandPath())
+	}
+	code, hint := exitCode(ctx, err)
+	if err != nil {
+		if code == exitInterrupted {
+			fmt.Fprintln(s.Err, s.Styled("err", "interrupted")+"; nothing half-written was left behind")
+		} else {
+			fmt.Fprintln(s.Err, s.Styled("err", "error: ")+err.Error())
+			if hint != "" {
+				fmt.Fprintln(s.Err, s.Styled("dim", "hint: "+hint))
+			}
+		}
+	}
+	return code
+}
+
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "accepts ", "requires at least", "requires at most", "unknown flag", "invalid argument", "arg(s)"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}

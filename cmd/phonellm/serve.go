@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/api"
+	"github.com/phonellm/phonellm/runtime/goengine"
+	"github.com/phonellm/phonellm/runtime/llamaserver"
+	"github.com/spf13/cobra"
+)
+
+func init() { register("run", newServeCmd) }
+
+// engineFlags are the flags shared by serve and bench that say how to load the model.
+type engineFlags struct {
+	engine, llamaServer string
+	threads, parallel   int
+	ctx, batch          int
+	kvType              string
+	flashAttn           bool
+}
+
+func (f *engineFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.engine, "engine", "go", "inference engine: go (built in) or llama-server (external binary)")
+	fl.StringVar(&f.llamaServer, "llama-server", "", "llama-server binary for --engine llama-server")
+	fl.IntVar(&f.threads, "threads", 0, "CPU threads (default: all cores, or PHONELLM_THREADS)")
+	fl.IntVar(&f.parallel, "parallel", 1, "parallel slots (concurrent requests generating)")
+	fl.IntVarP(&f.ctx, "ctx", "c", 4096, "context length per slot")
+	fl.IntVarP(&f.batch, "batch", "b", 512, "prompt batch size")
+	fl.StringVar(&f.kvType, "kv-type", "f16", "KV cache type: f16, q8_0 or q4_0")
+	fl.BoolVar(&f.flashAttn, "flash-attn", false, "use the fused attention kernel")
+}
+
+func (f *engineFlags) load(ctx context.Context, path string) (runtime.Engine, error) {
+	threads := f.threads
+	if threads == 0 {
+		threads, _ = strconv.Atoi(getenv("PHONELLM_THREADS", "0"))
+	}
+	switch f.engine {
+	case "go", "":
+		return goengine.Load(ctx, goengine.Options{Path: path, Threads: threads, Parallel: f.parallel,
+			ContextLength: f.ctx, BatchSize: f.batch, KVCacheType: f.kvType, FlashAttention: f.flashAttn})
+	case "llama-server":
+		if f.llamaServer == "" {
+			return nil, usageError("--engine llama-server needs --llama-server PATH")
+		}
+		return llamaserver.Start(ctx, llamaserver.Options{Binary: f.llamaServer, Model: path, Threads: threads,
+			Parallel: f.parallel, ContextLength: f.ctx, BatchSize: f.batch, Log: os.Stderr})
+	}
+	return nil, usageError("unknown --engine %q (want go or llama-server)", f.engine)
+}
+
+func newServeCmd(a *app) *cobra.Command {
+	var ef engineFlags
+	var host, apiKey, apiKeyEnv string
+	var port, queue int
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "serve [MODEL.gguf | hf://org/repo/file.gguf[@rev]]",
+		Short: "Serve a GGUF over an OpenAI-compatible HTTP API (what each phone runs)",
+		Long: `Serve a GGUF over an OpenAI-compatible API: POST /v1/chat/completions (streaming too), POST /v1/completions,
+GET /v1/models, GET /health and GET /metrics (Prometheus). --parallel slots generate at once; further requests
+queue, and a full queue answers 429 with Retry-After. A prompt that shares a prefix with a slot's previous one
+reuses that slot's KV cache for the prefix.
+
+MODEL is a GGUF file, a Hub reference hf://org/repo/file.gguf[@revision] (downloaded resumably into the Hugging
+Face cache and verified by size and sha256), or, when omitted, the workspace's newest quantized model.
+It binds 127.0.0.1 unless --host says otherwise.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			arg := ""
+			if len(args) == 1 {
+				arg = args[0]
+			}
+			key := apiKey
+			if key == "" && apiKeyEnv != "" {
+				key = os.Getenv(apiKeyEnv)
+			}
+			if key == "" {
+				key = getenv("PHONELLM_API_KEY", "")
+			}
+			path, err := resolveGGUF(a, arg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(a.io.Err, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			srv := api.New(api.Options{APIKey: key, Parallel: ef.parallel, QueueSize: queue, RequestTimeout: timeout, Logger: logger})
+			// The listener answers /health ("loading") while the model loads.
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Serve(a.ctx, ln) }()
+			a.io.Printf("listening on http://%s (loading %s)\n", ln.Addr(), path)
+			start := time.Now()
+			eng, err := ef.load(a.ctx, path)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			srv.SetEngine(eng)
+			info := eng.Info()
+			a.io.Printf("ready: %s (%s), %d slots × %d tokens, loaded in %s\n", info.ID, info.Architecture, info.Parallel,
+				info.ContextLength, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(a.io.Out, "http://%s\n", ln.Addr())
+			return <-errc
+		},
+	}
+	ef.add(cmd)
+	f := cmd.Flags()
+	f.StringVar(&host, "host", "127.0.0.1", "address to bind")
+	f.IntVarP(&port, "port", "p", 8080, "port to bind (0 picks a free one)")
+	f.StringVar(&apiKey, "api-key", "", "require this Bearer API key (prefer --api-key-env or PHONELLM_API_KEY)")
+	f.StringVar(&apiKeyEnv, "api-key-env", "", "read the API key from this environment variable")
+	f.IntVar(&queue, "queue", 0, "requests that may wait for a slot before 429 (default 4 × parallel)")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "per-request timeout, queueing included")
+	return cmd
+}

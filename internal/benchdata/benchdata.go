@@ -1,0 +1,46 @@
+// Package benchdata makes the large generated inputs the benchmarks share, once per machine, under
+// $PHONELLM_HOME/bench (default ~/.cache/phonellm/bench): nothing is downloaded.
+package benchdata
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/phonellm/phonellm/internal/tinymodel"
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/gguf/convert"
+)
+
+// Dir is the folder generated benchmark inputs live in.
+func Dir() string {
+	if h := os.Getenv("PHONELLM_HOME"); h != "" {
+		return filepath.Join(h, "bench")
+	}
+	if c, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(c, "phonellm", "bench")
+	}
+	return filepath.Join(os.TempDir(), "phonellm-bench")
+}
+
+// Qwen3F16 returns an F16 GGUF with Qwen3-0.6B shapes and a separate output.weight (311 tensors, 1.5 GB):
+// the shape of llama-quantize's published speed anchor (shared/reference/gguf-quant-convert.md §10.4). It is
+// generated (tinymodel) and converted once, then reused.
+func Qwen3F16(ctx context.Context, rep pipeline.Reporter) (string, error) {
+	dir := Dir()
+	out := filepath.Join(dir, "qwen3-0.6b-shape-F16.gguf")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	spec := tinymodel.Qwen3BenchSpec()
+	spec.TiedEmbeddings = false
+	ck := filepath.Join(dir, "qwen3-0.6b-shape")
+	if err := tinymodel.Generate(ck, spec); err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(ck)
+	if _, err := convert.Run(ctx, convert.Options{Model: ck, OutType: convert.OutF16, Out: out, Name: "qwen3-0.6b-shape"}, rep); err != nil {
+		return "", err
+	}
+	return out, nil
+}
