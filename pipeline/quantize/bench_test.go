@@ -1,0 +1,70 @@
+package quantize
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/phonellm/phonellm/internal/benchdata"
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/gguf"
+)
+
+// peakRSS returns the process's peak resident set (VmHWM) in bytes; resetPeakRSS restarts its measurement
+// (Linux: writing 5 to /proc/self/clear_refs resets the high-water mark).
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func resetPeakRSS() { os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// BenchmarkQuantizeQwen3Shape quantizes the 1.5 GB Qwen3-0.6B-shaped F16 GGUF (generated once, see
+// internal/benchdata) to Q4_K_M, Q8_0 and Q4_0 at 1 and 2 threads, reporting input MB/s (b.SetBytes) and the
+// peak RSS of the run. The anchor is llama-quantize on the same shapes: Q4_K_M 39.1 MB/s, Q8_0 238 MB/s,
+// Q4_0 200 MB/s at 2 threads, 2.69 GB max RSS (shared/reference/gguf-quant-convert.md §10.4). Run:
+//
+//	go test ./pipeline/quantize -run '^$' -bench QuantizeQwen3Shape -benchtime 1x
+func BenchmarkQuantizeQwen3Shape(b *testing.B) {
+	in, err := benchdata.Qwen3F16(context.Background(), pipeline.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, _ := os.Stat(in)
+	for _, ft := range []gguf.FileType{gguf.FileTypeQ4_K_M, gguf.FileTypeQ8_0, gguf.FileTypeQ4_0} {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", ft, threads), func(b *testing.B) {
+				out := filepath.Join(b.TempDir(), "out.gguf")
+				b.SetBytes(st.Size())
+				resetPeakRSS()
+				for b.Loop() {
+					src, err := OpenGGUF(in)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := Run(context.Background(), Options{Source: src, FileType: ft, Out: out, Threads: threads}, nil); err != nil {
+						b.Fatal(err)
+					}
+					src.Close()
+				}
+				b.ReportMetric(float64(peakRSS())/1e6, "peakRSS-MB")
+			})
+		}
+	}
+}
