@@ -29,6 +29,8 @@ fi
 
 log "npm oracles"
 bash scripts/setup-oracle.sh
+log "Acurast SDK (pinned; also installed by phonellm on first use)"
+bash scripts/setup-acurast.sh
 for d in testdata/js/*/; do
 	[ -f "$d/package.json" ] || continue
 	case "$d" in *oracle/) continue ;; esac

@@ -1,0 +1,349 @@
+package deploy
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/runtime/phone"
+)
+
+// PhoneConfig is config.json inside the bundle: everything the entrypoint needs except secrets, which it reads
+// from _STD_.env under the names given here.
+type PhoneConfig struct {
+	PhonellmVersion string     `json:"phonellm_version"`
+	Model           PhoneModel `json:"model"`
+	// Ctx is tokens per slot; llama-server gets --ctx-size Ctx*Slots --parallel Slots.
+	Ctx        int        `json:"ctx"`
+	Slots      int        `json:"slots"`
+	Candidates []Settings `json:"candidates"`
+	// APIKeyEnv, HFTokenEnv and TunnelKeyEnv name _STD_.env variables (never values).
+	APIKeyEnv    string `json:"api_key_env,omitempty"`
+	HFTokenEnv   string `json:"hf_token_env,omitempty"`
+	TunnelKeyEnv string `json:"tunnel_key_env,omitempty"`
+	Tunnel       Tunnel `json:"tunnel"`
+	// Listen is where the entrypoint's HTTP server listens (the tunnel's localAddr); default 127.0.0.1:8081.
+	Listen string `json:"listen,omitempty"`
+	// LlamaAddr is where llama-server listens; the processor's default is 127.0.0.1:8080 (acurast.md §3.3).
+	// Other values are passed as --host/--port.
+	LlamaAddr string `json:"llama_addr,omitempty"`
+	Bench     Bench  `json:"bench"`
+	// StartTimeoutMS bounds loading the model (default 10 min); WatchdogMS is the health-check period.
+	StartTimeoutMS int      `json:"start_timeout_ms,omitempty"`
+	WatchdogMS     int      `json:"watchdog_ms,omitempty"`
+	ExtraArgs      []string `json:"extra_args,omitempty"`
+}
+
+// PhoneModel is the model the phone downloads.
+type PhoneModel struct {
+	ID     string `json:"id,omitempty"`
+	URL    string `json:"url"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// File is the name in the job's storage folder (default model-<sha256[:16]>.gguf).
+	File string `json:"file,omitempty"`
+}
+
+// Tunnel is the Acurast tunnel spec's public part (acurast.md §3.4).
+type Tunnel struct {
+	ServerAddrs  []string `json:"server_addrs"`
+	DomainSuffix string   `json:"domain_suffix"`
+}
+
+// Bench is the fixed request used to time candidate settings.
+type Bench struct {
+	Prompt    string `json:"prompt"`
+	MaxTokens int    `json:"max_tokens"`
+}
+
+// Tunnel relays per network (acurast.md §3.4).
+var (
+	MainnetTunnel = Tunnel{ServerAddrs: []string{"relay-1.mainnet.acurast.com:4433"}, DomainSuffix: "acu.run"}
+	CanaryTunnel  = Tunnel{ServerAddrs: []string{"relay-2.canary.acurast.com:4433"}, DomainSuffix: "canary.acu.run"}
+)
+
+// DefaultCandidates are tried when a Spec names none: all big cores vs. fewer threads (phones often run
+// faster on performance cores only, acurast.md §4.6), two batch sizes for long prompts.
+var DefaultCandidates = []Settings{
+	{Threads: 8, Batch: 512, UBatch: 512},
+	{Threads: 6, Batch: 512, UBatch: 512},
+	{Threads: 4, Batch: 512, UBatch: 512},
+	{Threads: 4, Batch: 256, UBatch: 256},
+}
+
+// NewPhoneConfig derives the phone configuration from a Spec (tunnel for mainnet; set Tunnel for canary).
+func NewPhoneConfig(spec Spec, version string) PhoneConfig {
+	c := PhoneConfig{
+		PhonellmVersion: version,
+		Model:           PhoneModel{ID: spec.Model.ID, URL: spec.Model.URL, Size: spec.Model.Size, SHA256: spec.Model.SHA256},
+		Ctx:             spec.Ctx,
+		Slots:           max(spec.Slots, 1),
+		Candidates:      spec.Candidates,
+		APIKeyEnv:       spec.APIKeyEnv,
+		HFTokenEnv:      spec.HFTokenEnv,
+		TunnelKeyEnv:    "TUNNEL_KEY",
+		Tunnel:          MainnetTunnel,
+		Bench:           Bench{Prompt: "Count from one to twenty in words.", MaxTokens: 32},
+	}
+	if c.Ctx == 0 {
+		c.Ctx = 4096
+	}
+	if len(c.Candidates) == 0 {
+		if spec.Threads > 0 {
+			c.Candidates = []Settings{{Threads: spec.Threads, Batch: 512, UBatch: 512}}
+		} else {
+			c.Candidates = slices.Clone(DefaultCandidates)
+		}
+	}
+	return c
+}
+
+// Validate checks the configuration the phone will run with.
+func (c PhoneConfig) Validate() error {
+	if err := validModelURL(c.Model.URL); err != nil {
+		return err
+	}
+	if c.Model.Size <= 0 {
+		return fmt.Errorf("deploy: bundle config: model size = %d, want > 0", c.Model.Size)
+	}
+	if !hex64.MatchString(c.Model.SHA256) {
+		return fmt.Errorf("deploy: bundle config: model sha256 %q is not 64 lowercase hex digits", c.Model.SHA256)
+	}
+	if c.Ctx <= 0 || c.Slots <= 0 || c.Slots > 256 {
+		return fmt.Errorf("deploy: bundle config: ctx = %d, slots = %d; want ctx > 0 and slots in 1..256", c.Ctx, c.Slots)
+	}
+	if len(c.Candidates) == 0 || len(c.Candidates) > 16 {
+		return fmt.Errorf("deploy: bundle config: %d candidate settings, want 1..16", len(c.Candidates))
+	}
+	for i, s := range c.Candidates {
+		if s.Threads < 1 || s.Threads > 256 || s.Batch < 0 || s.UBatch < 0 {
+			return fmt.Errorf("deploy: bundle config: candidate %d: threads = %d, batch = %d, ubatch = %d", i, s.Threads, s.Batch, s.UBatch)
+		}
+	}
+	for _, e := range []string{c.APIKeyEnv, c.HFTokenEnv, c.TunnelKeyEnv} {
+		if e != "" && !envName.MatchString(e) {
+			return fmt.Errorf("deploy: bundle config: %q is not an environment variable name", e)
+		}
+	}
+	for _, a := range []string{c.Listen, c.LlamaAddr} {
+		if a == "" {
+			continue
+		}
+		if _, p, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("deploy: bundle config: address %q: %w", a, err)
+		} else if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("deploy: bundle config: address %q: bad port", a)
+		}
+	}
+	if len(c.Tunnel.ServerAddrs) == 0 || c.Tunnel.DomainSuffix == "" {
+		return errors.New("deploy: bundle config: tunnel needs server addresses and a domain suffix")
+	}
+	if c.Bench.MaxTokens <= 0 || c.Bench.Prompt == "" {
+		return errors.New("deploy: bundle config: bench needs a prompt and max_tokens > 0")
+	}
+	return nil
+}
+
+// validModelURL accepts https, and http only on loopback (test Hubs).
+func validModelURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("deploy: bundle config: model URL %q is not an absolute URL", s)
+	}
+	if u.User != nil {
+		return fmt.Errorf("deploy: bundle config: model URL must not carry credentials")
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+			return nil
+		}
+	}
+	return fmt.Errorf("deploy: bundle config: model URL %q: want https (http only on loopback)", s)
+}
+
+// Manifest is manifest.json: Acurast's fields (acurast.md §2.2: name, version, entrypoint, restartPolicy)
+// plus phonellm's record of every other file.
+type Manifest struct {
+	Name          string         `json:"name"`
+	Version       int            `json:"version"`
+	Entrypoint    string         `json:"entrypoint"`
+	RestartPolicy string         `json:"restartPolicy"`
+	Phonellm      ManifestRecord `json:"phonellm"`
+}
+
+// ManifestRecord lists the bundle's files with their hashes.
+type ManifestRecord struct {
+	Version string         `json:"version"`
+	Files   []ManifestFile `json:"files"`
+}
+
+// ManifestFile is one bundled file.
+type ManifestFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// BundleOptions says what to build and where.
+type BundleOptions struct {
+	// Out is the zip to write (atomically).
+	Out string
+	// Name is the Acurast project name (manifest.json "name").
+	Name   string
+	Config PhoneConfig
+}
+
+// zipTime is every entry's timestamp: 1980-01-01, the zip epoch, as the Acurast CLI does (acurast.md §2.2).
+var zipTime = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// BuildBundle writes the runtime bundle: a zip with sorted, stored (uncompressed, so identical across Go
+// versions) entries and fixed timestamps, so the same inputs give the same bytes and sha256 (and IPFS CID).
+func BuildBundle(ctx context.Context, o BundleOptions) (BundleRef, error) {
+	if err := ctx.Err(); err != nil {
+		return BundleRef{}, err
+	}
+	if o.Out == "" || o.Name == "" {
+		return BundleRef{}, errors.New("deploy: bundle: output path and name are required")
+	}
+	b, err := BundleBytes(o.Name, o.Config)
+	if err != nil {
+		return BundleRef{}, err
+	}
+	sum, err := fsx.WriteFile(o.Out, b)
+	if err != nil {
+		return BundleRef{}, fmt.Errorf("deploy: bundle: %w", err)
+	}
+	return BundleRef{Path: o.Out, Size: int64(len(b)), SHA256: sum}, nil
+}
+
+// BundleBytes returns the bundle zip in memory (it is small: the entrypoint and two JSON files).
+func BundleBytes(name string, cfg PhoneConfig) ([]byte, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	err := fs.WalkDir(phone.Files(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(phone.Files(), p)
+		files[p] = b
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deploy: bundle: embedded phone files: %w", err)
+	}
+	cj, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("deploy: bundle: config.json: %w", err)
+	}
+	files["config.json"] = append(cj, '\n')
+
+	m := Manifest{Name: name, Version: 1, Entrypoint: phone.Entrypoint, RestartPolicy: "onFailure",
+		Phonellm: ManifestRecord{Version: cfg.PhonellmVersion}}
+	names := make([]string, 0, len(files))
+	for p := range files {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	for _, p := range names {
+		s := sha256.Sum256(files[p])
+		m.Phonellm.Files = append(m.Phonellm.Files, ManifestFile{Path: p, Size: int64(len(files[p])), SHA256: hex.EncodeToString(s[:])})
+	}
+	mj, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("deploy: bundle: manifest.json: %w", err)
+	}
+	files["manifest.json"] = append(mj, '\n')
+	names = append(names, "manifest.json")
+	slices.Sort(names)
+
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, p := range names {
+		h := &zip.FileHeader{Name: p, Method: zip.Store, Modified: zipTime}
+		h.SetMode(0o644)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			return nil, fmt.Errorf("deploy: bundle: %s: %w", p, err)
+		}
+		if _, err := w.Write(files[p]); err != nil {
+			return nil, fmt.Errorf("deploy: bundle: %s: %w", p, err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("deploy: bundle: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// maxBundleEntry bounds one file read back from a bundle.
+const maxBundleEntry = 8 << 20
+
+// ReadBundle opens a bundle, checks every file against manifest.json and returns the manifest and config.
+func ReadBundle(b []byte) (Manifest, PhoneConfig, error) {
+	var m Manifest
+	var c PhoneConfig
+	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return m, c, fmt.Errorf("deploy: bundle: %w", err)
+	}
+	got := map[string][]byte{}
+	for _, f := range zr.File {
+		if f.UncompressedSize64 > maxBundleEntry {
+			return m, c, fmt.Errorf("deploy: bundle: %s: %d bytes, more than %d", f.Name, f.UncompressedSize64, maxBundleEntry)
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return m, c, fmt.Errorf("deploy: bundle: %s: %w", f.Name, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(rc, maxBundleEntry+1))
+		rc.Close()
+		if err != nil {
+			return m, c, fmt.Errorf("deploy: bundle: %s: %w", f.Name, err)
+		}
+		if _, dup := got[f.Name]; dup {
+			return m, c, fmt.Errorf("deploy: bundle: %s appears twice", f.Name)
+		}
+		got[f.Name] = data
+	}
+	if err := json.Unmarshal(got["manifest.json"], &m); err != nil {
+		return m, c, fmt.Errorf("deploy: bundle: manifest.json: %w", err)
+	}
+	if len(m.Phonellm.Files) != len(got)-1 {
+		return m, c, fmt.Errorf("deploy: bundle: manifest lists %d files, zip has %d besides the manifest", len(m.Phonellm.Files), len(got)-1)
+	}
+	for _, f := range m.Phonellm.Files {
+		data, ok := got[f.Path]
+		if !ok {
+			return m, c, fmt.Errorf("deploy: bundle: %s is in the manifest but not in the zip", f.Path)
+		}
+		s := sha256.Sum256(data)
+		if int64(len(data)) != f.Size || hex.EncodeToString(s[:]) != f.SHA256 {
+			return m, c, fmt.Errorf("deploy: bundle: %s does not match its manifest size/sha256", f.Path)
+		}
+	}
+	if _, ok := got[m.Entrypoint]; !ok {
+		return m, c, fmt.Errorf("deploy: bundle: entrypoint %q missing", m.Entrypoint)
+	}
+	if err := json.Unmarshal(got["config.json"], &c); err != nil {
+		return m, c, fmt.Errorf("deploy: bundle: config.json: %w", err)
+	}
+	return m, c, c.Validate()
+}

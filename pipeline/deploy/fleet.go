@@ -1,0 +1,230 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Fleet is a deployment target: it starts N replicas of one model, reports their state and stops them.
+// Implementations keep their state in a [Store] so that another process can ask for Status or Stop.
+type Fleet interface {
+	// Deploy starts spec.Replicas replicas and returns once the deployment is recorded (replicas may still be
+	// starting; poll Status for readiness).
+	Deploy(ctx context.Context, spec Spec) (Deployment, error)
+	// Status reports every replica with its URL, state and health.
+	Status(ctx context.Context, id string) (Status, error)
+	// Endpoints lists the replica URLs a gateway should route to (healthy or not; the gateway checks).
+	Endpoints(ctx context.Context, id string) ([]Endpoint, error)
+	// Stop stops every replica and marks the deployment stopped.
+	Stop(ctx context.Context, id string) error
+}
+
+// Spec is what to deploy. It holds no secret: the API key and Hub token are named by the environment variables
+// that carry them (APIKeyEnv, HFTokenEnv), and each target moves the values itself (a process environment, or
+// per-phone encrypted variables on Acurast).
+type Spec struct {
+	// Name is a human label ("qwen35-9b-fraud"); the deployment ID is derived from it.
+	Name string `json:"name"`
+	// Replicas is the number of serving replicas (1..64).
+	Replicas int `json:"replicas"`
+	// Model is the GGUF to serve.
+	Model ModelRef `json:"model"`
+	// Ctx is the context size in tokens per slot; the server is started with Ctx*Slots.
+	Ctx int `json:"ctx"`
+	// Slots is the number of parallel sequences per replica (llama-server --parallel).
+	Slots int `json:"slots"`
+	// Threads per replica; 0 lets the replica choose (the phone benchmarks its Candidates).
+	Threads int `json:"threads,omitempty"`
+	// Candidates are thread/batch settings a replica tries before keeping the fastest. Empty means one
+	// candidate built from Threads.
+	Candidates []Settings `json:"candidates,omitempty"`
+	// MemoryLimit is the RAM budget per replica in bytes (a phone's usable RAM, from the fit profile); 0 = none.
+	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+	// APIKeyEnv names the variable holding the key clients must send as "Authorization: Bearer <key>".
+	// Empty means the replicas accept requests without a key (local only).
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	// HFTokenEnv names the variable holding a Hub token, for private model repos.
+	HFTokenEnv string `json:"hf_token_env,omitempty"`
+	// Bundle is the runtime bundle the replicas run (required by remote targets).
+	Bundle *BundleRef `json:"bundle,omitempty"`
+	// Target holds target-specific options as JSON (for example acurast.Options); each target documents
+	// and decodes its own.
+	Target json.RawMessage `json:"target,omitempty"`
+}
+
+// ModelRef names the model file: where replicas download it from, what it must hash to, and (for local
+// targets) where it already is.
+type ModelRef struct {
+	// ID is the model name served on /v1/models ("phonellm/qwen35-9b-q4_k_m").
+	ID string `json:"id,omitempty"`
+	// URL is the Hub resolve URL (https://huggingface.co/<repo>/resolve/<rev>/<file>).
+	URL string `json:"url,omitempty"`
+	// Size in bytes and lowercase hex SHA256 of the file; replicas refuse a file that does not match.
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Path is a local copy (used by local targets instead of URL).
+	Path string `json:"path,omitempty"`
+}
+
+// Settings is one llama-server setting a replica may run with.
+type Settings struct {
+	Threads   int  `json:"threads"`
+	Batch     int  `json:"batch,omitempty"`
+	UBatch    int  `json:"ubatch,omitempty"`
+	FlashAttn bool `json:"flash_attn,omitempty"`
+}
+
+// BundleRef is a built runtime bundle.
+type BundleRef struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Deployment is the recorded state of one deploy; it is what the [Store] keeps.
+type Deployment struct {
+	ID        string    `json:"id"`
+	Target    string    `json:"target"`
+	Spec      Spec      `json:"spec"`
+	CreatedAt time.Time `json:"created_at"`
+	State     State     `json:"state"`
+	Replicas  []Replica `json:"replicas"`
+	// Extra is target-specific state as JSON (Acurast job IDs, processor addresses, IPFS CID, ...).
+	Extra json.RawMessage `json:"extra,omitempty"`
+}
+
+// Replica is one serving instance.
+type Replica struct {
+	Index int    `json:"index"`
+	URL   string `json:"url"` // base URL; the OpenAI API is under URL + "/v1"
+	// Ref identifies the replica within its target: a PID, an Acurast job ID, a processor address.
+	Ref   string `json:"ref,omitempty"`
+	State State  `json:"state"`
+}
+
+// State is the life-cycle state of a deployment or replica.
+type State string
+
+// States.
+const (
+	StatePlanned  State = "planned"  // dry run: nothing started or signed
+	StatePending  State = "pending"  // submitted, waiting (for a match, a process, a download)
+	StateStarting State = "starting" // running, not yet answering /health
+	StateReady    State = "ready"    // answering /health
+	StateDegraded State = "degraded" // some replicas ready, some not
+	StateFailed   State = "failed"
+	StateStopped  State = "stopped"
+)
+
+// Status is the live view of a deployment.
+type Status struct {
+	ID       string          `json:"id"`
+	Target   string          `json:"target"`
+	State    State           `json:"state"`
+	Replicas []ReplicaStatus `json:"replicas"`
+}
+
+// ReplicaStatus is a replica with its last health check.
+type ReplicaStatus struct {
+	Replica
+	Healthy   bool      `json:"healthy"`
+	CheckedAt time.Time `json:"checked_at,omitzero"`
+	// Detail is the replica's own status JSON (model hash, settings chosen, tok/s) when it answered, or the
+	// error of the check.
+	Detail json.RawMessage `json:"detail,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// Endpoint is a replica URL a gateway routes to.
+type Endpoint struct {
+	Replica int    `json:"replica"`
+	URL     string `json:"url"`
+	// Slots is how many requests the replica serves at once.
+	Slots int `json:"slots"`
+	// APIKeyEnv names the variable holding the key to send to the replica (empty: none).
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+}
+
+// Endpoints is the default [Fleet.Endpoints] of a recorded deployment: every replica with a URL.
+func (d Deployment) Endpoints() []Endpoint {
+	var out []Endpoint
+	for _, r := range d.Replicas {
+		if r.URL == "" {
+			continue
+		}
+		out = append(out, Endpoint{Replica: r.Index, URL: r.URL, Slots: max(d.Spec.Slots, 1), APIKeyEnv: d.Spec.APIKeyEnv})
+	}
+	return out
+}
+
+// Aggregate is the deployment state implied by its replicas' states.
+func Aggregate(rs []State) State {
+	if len(rs) == 0 {
+		return StatePending
+	}
+	n := map[State]int{}
+	for _, s := range rs {
+		n[s]++
+	}
+	switch {
+	case n[StateReady] == len(rs):
+		return StateReady
+	case n[StateStopped] == len(rs):
+		return StateStopped
+	case n[StateFailed] == len(rs):
+		return StateFailed
+	case n[StatePlanned] == len(rs):
+		return StatePlanned
+	case n[StateReady] > 0:
+		return StateDegraded
+	case n[StateStarting] > 0:
+		return StateStarting
+	default:
+		return StatePending
+	}
+}
+
+// MaxReplicas is the most replicas one deployment may have (Acurast's MaxSlots, runtime/common types.rs).
+const MaxReplicas = 64
+
+var (
+	envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,31}$`)
+	hex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// Validate checks a Spec for what every target needs.
+func (s Spec) Validate() error {
+	if s.Name == "" {
+		return errors.New("deploy: spec: name is empty")
+	}
+	if s.Replicas < 1 || s.Replicas > MaxReplicas {
+		return fmt.Errorf("deploy: spec: replicas = %d, want 1..%d", s.Replicas, MaxReplicas)
+	}
+	if s.Model.Size <= 0 {
+		return fmt.Errorf("deploy: spec: model size = %d, want > 0", s.Model.Size)
+	}
+	if !hex64.MatchString(s.Model.SHA256) {
+		return fmt.Errorf("deploy: spec: model sha256 %q is not 64 lowercase hex digits", s.Model.SHA256)
+	}
+	if s.Model.URL == "" && s.Model.Path == "" {
+		return errors.New("deploy: spec: model has neither a URL nor a local path")
+	}
+	if s.Ctx < 0 || s.Slots < 0 || s.Threads < 0 || s.MemoryLimit < 0 {
+		return errors.New("deploy: spec: ctx, slots, threads and memory limit must not be negative")
+	}
+	for _, e := range []string{s.APIKeyEnv, s.HFTokenEnv} {
+		if e != "" && !envName.MatchString(e) {
+			return fmt.Errorf("deploy: spec: %q is not an environment variable name (A-Z, 0-9, _; at most 32)", e)
+		}
+	}
+	for i, c := range s.Candidates {
+		if c.Threads < 1 || c.Batch < 0 || c.UBatch < 0 {
+			return fmt.Errorf("deploy: spec: candidate %d: threads = %d, batch = %d, ubatch = %d", i, c.Threads, c.Batch, c.UBatch)
+		}
+	}
+	return nil
+}
