@@ -19,11 +19,16 @@ var environment = []envVar{
 	{"HF_TOKEN", "token file in HF_HOME", "Hugging Face access token for publish and private downloads"},
 	{"HF_HOME", "~/.cache/huggingface", "Hugging Face cache and token folder (hub/ cache layout, token file)"},
 	{"HF_ENDPOINT", "https://huggingface.co", "Hub endpoint (set to a mirror or a test Hub)"},
+	{"HF_HUB_CACHE", "$HF_HOME/hub", "Hub download cache (huggingface_hub's layout: blobs, snapshots, refs)"},
 	{"PHONELLM_HOME", "~/.cache/phonellm", "phonellm's own cache: npm tools, auto-tune results, fleet state"},
 	{"PHONELLM_WORKSPACE", "nearest folder with phonellm.yaml", "workspace folder to use instead of searching upward"},
 	{"PHONELLM_THREADS", "all cores", "default worker threads for quantize and serve"},
 	{"PHONELLM_API_KEY", "", "API key clients must send to serve/gateway (Bearer); same as --api-key"},
 	{"ACURAST_MNEMONIC", "", "Acurast account mnemonic for ship --target acurast; never written to disk or logs"},
+	{"ACURAST_RPC", "mainnet RPC", "Acurast chain RPC endpoint (ACURAST_CANARY_RPC for --network canary)"},
+	{"ACURAST_IPFS_URL", "SDK default", "IPFS pinning endpoint for the phone bundle"},
+	{"ACURAST_IPFS_API_KEY", "", "IPFS pinning API key; never written to disk or logs"},
+	{"ACURAST_MATCHER_URL", "SDK default", "Acurast matcher, for cost estimates in ship --dry-run"},
 	{"NO_COLOR", "", "any value turns off colours on stderr"},
 }
 

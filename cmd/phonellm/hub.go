@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"github.com/phonellm/phonellm/pipeline/hfhub"
@@ -26,47 +26,30 @@ func baseFile(name string) bool {
 }
 
 // downloadBase downloads the base checkpoint files of a Hub model (org/name[@revision]) into the Hugging Face
-// cache ($HF_HOME/hub, the layout huggingface_hub uses), each verified by size and sha256, resuming partial
-// downloads and re-fetching corrupt cache entries. It returns the snapshot folder.
+// cache ($HF_HOME/hub, the layout huggingface_hub uses), pinned to one commit, each file verified by size and
+// sha256, resuming partial downloads and re-fetching corrupt cache entries. It returns the snapshot folder.
 func downloadBase(a *app, id string) (string, error) {
 	repo, rev, _ := strings.Cut(id, "@")
 	if rev == "" {
 		rev = "main"
 	}
 	if err := hfhub.ValidateRepoID(repo); err != nil {
-		return "", err
-	}
-	lister := &publish.Client{Endpoint: hfhub.Endpoint(), Token: hfhub.Token()}
-	entries, err := lister.ListFiles(a.ctx, repo, rev)
-	if err != nil {
-		return "", withCode(exitRemote, fmt.Errorf("list files of %s@%s: %w", repo, rev, err), hubHint(err))
-	}
-	dl := hfhub.New()
-	var total int64
-	var want []publish.TreeEntry
-	for _, e := range entries {
-		if e.Type == "file" && baseFile(e.Path) {
-			want = append(want, e)
-			total += e.Size
-		}
-	}
-	if len(want) == 0 {
-		return "", fmt.Errorf("%s@%s has no safetensors checkpoint files", repo, rev)
+		return "", usageError("%v", err)
 	}
 	rep := a.reporter()
-	step := fmt.Sprintf("download %s@%s (%d files)", repo, rev, len(want))
-	rep.Begin(step, total)
-	var snapshot string
-	for _, e := range want {
-		loc, err := dl.Download(a.ctx, repo, rev, e.Path, rep.Add)
-		if err != nil {
-			rep.End(step, err)
-			return "", withCode(exitRemote, fmt.Errorf("download %s/%s: %w", repo, e.Path, err), hubHint(err))
-		}
-		snapshot = filepath.Dir(loc.Path)
+	step := fmt.Sprintf("download %s@%s", repo, rev)
+	rep.Begin(step, -1)
+	dir, files, err := hfhub.New().Snapshot(a.ctx, repo, rev, baseFile, rep.Add)
+	rep.End(step, err)
+	if err != nil {
+		return "", withCode(exitRemote, fmt.Errorf("download %s@%s: %w", repo, rev, err), hubHint(err))
 	}
-	rep.End(step, nil)
-	return snapshot, nil
+	for _, f := range files {
+		if strings.HasSuffix(f.Info.Path, ".safetensors") {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("%s@%s has no safetensors weights (phonellm needs the 16-bit Hugging Face checkpoint)", repo, rev)
 }
 
 // hubHint returns the Hub error's hint for people, if it has one.
@@ -76,4 +59,14 @@ func hubHint(err error) string {
 		return he.Hint()
 	}
 	return ""
+}
+
+// remoteErr gives errors from the Hub the remote exit code and the Hub's hint; other errors pass unchanged.
+func remoteErr(err error) error {
+	var he *publish.HubError
+	var ne net.Error
+	if asErr(err, &he) || asErr(err, &ne) {
+		return withCode(exitRemote, err, hubHint(err))
+	}
+	return err
 }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phonellm/phonellm/pipeline/publish"
+	"github.com/phonellm/phonellm/pipeline/publish/hubtest"
+)
+
+// TestPublishThenFetch publishes a quantized GGUF with its model card to the test Hub through the CLI, then
+// fetches it back by hf:// reference (the path serve and fit use), verified by size and sha256; a tampered
+// cache entry is detected and fetched again.
+func TestPublishThenFetch(t *testing.T) {
+	hub := hubtest.Start(t, hubtest.Config{User: "me"})
+	home := t.TempDir()
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", hub.Token())
+	t.Setenv("HF_HOME", home)
+	t.Setenv("HF_HUB_CACHE", "")
+
+	dir := tinyCheckpoint(t, "qwen3")
+	out := t.TempDir()
+	q := filepath.Join(out, "tiny-Q4_K_M.gguf")
+	if code, _, e := runCLI(t, context.Background(), "quantize", "q4_k_m", "--model", dir, "-o", q); code != 0 {
+		t.Fatalf("quantize: %s", e)
+	}
+	code, stdout, e := runCLI(t, context.Background(), "publish", "--repo", "me/tiny", q, "--json")
+	if code != 0 {
+		t.Fatalf("publish: %d %s", code, e)
+	}
+	var res publish.Result
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || !res.Verified || res.CommitURL == "" {
+		t.Fatalf("publish result %+v (%v)", res, err)
+	}
+	var sawCard bool
+	for _, f := range res.Files {
+		sawCard = sawCard || f.Path == "README.md"
+	}
+	if !sawCard {
+		t.Error("no README.md model card published")
+	}
+	// Fetch by reference: fit downloads it into the HF cache and checks it.
+	ref := "hf://me/tiny/tiny-Q4_K_M.gguf"
+	if code, _, e := runCLI(t, context.Background(), "fit", ref, "--phone", "8gb"); code != 0 {
+		t.Fatalf("fit %s: %d %s", ref, code, e)
+	}
+	blobs, _ := filepath.Glob(filepath.Join(home, "hub", "models--me--tiny", "blobs", "*"))
+	var blob string
+	for _, b := range blobs {
+		if st, _ := os.Stat(b); st != nil && st.Size() > 1000 && !strings.HasSuffix(b, ".lock") {
+			blob = b
+		}
+	}
+	if blob == "" {
+		t.Fatalf("no cached blob in %v", blobs)
+	}
+	data, _ := os.ReadFile(blob)
+	data[len(data)/2] ^= 0xff
+	os.WriteFile(blob, data, 0o644)
+	if code, _, e := runCLI(t, context.Background(), "fit", ref, "--phone", "8gb"); code != 0 {
+		t.Fatalf("fit after tampering: %d %s", code, e)
+	}
+	orig, _ := os.ReadFile(q)
+	again, _ := os.ReadFile(blob)
+	if string(orig) != string(again) {
+		t.Fatal("tampered cache entry was not re-fetched")
+	}
+}

@@ -1,0 +1,120 @@
+package publish
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func fullCard() *Card {
+	return &Card{
+		Name:        "fraud-review-9B",
+		Repo:        "acme/fraud-review-9B-GGUF",
+		Description: "Fraud review model: reads a case, answers one line `RISK_LEVEL: n`.",
+		BaseModel:   "Qwen/Qwen3.5-9B",
+		License:     "apache-2.0",
+		Tags:        []string{"qwen", "qwen3.5", "gguf"},
+		Languages:   []string{"en", "de"},
+		Files: []CardFile{
+			{Name: GGUFName("fraud-review-9B", "q4_k_m"), Type: "Q4_K_M", Size: 5_700_123_456, BitsPerWeight: 4.89, SHA256: strings.Repeat("ab", 32)},
+			{Name: GGUFName("fraud-review-9B", "Q8_0"), Type: "Q8_0", Size: 9_500_000_000, BitsPerWeight: 8.5},
+		},
+		Provenance: Provenance{
+			BaseRevision: strings.Repeat("1", 40), BaseSHA256: strings.Repeat("2", 64),
+			Adapter: "./adapter", AdapterSHA256: strings.Repeat("3", 64), PhonellmVersion: "0.1.0",
+			Commands: []string{"phonellm merge --lora ./adapter", "phonellm quantize q4_k_m"},
+		},
+		Fit: []FitRow{
+			{Profile: "Acurast 16 GB", File: "fraud-review-9B-Q4_K_M.gguf", Context: 8192, Need: 7_100_000_000, Budget: 11_000_000_000, Fits: true, Headroom: "3.9 GB free"},
+			{Profile: "8 GB | budget", File: "fraud-review-9B-Q4_K_M.gguf", Context: 8192, Need: 7_100_000_000, Budget: 5_000_000_000},
+		},
+		Quality: []QualityRow{{Metric: "perplexity (wikitext-2)", File: "Q4_K_M", Value: "7.91", Note: "+0.12 vs F16"}},
+	}
+}
+
+func TestCardGolden(t *testing.T) {
+	got, err := fullCard().Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "card.golden.md")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("card differs from %s (run with -update after checking):\n%s", golden, got)
+	}
+}
+
+func TestCardFrontMatterParses(t *testing.T) {
+	got, err := fullCard().Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.SplitN(string(got), "---\n", 3)
+	if len(parts) != 3 || parts[0] != "" {
+		t.Fatalf("no front matter:\n%s", got)
+	}
+	var fm map[string]any
+	if err := yaml.Unmarshal([]byte(parts[1]), &fm); err != nil {
+		t.Fatal(err)
+	}
+	if fm["base_model"] != "Qwen/Qwen3.5-9B" || fm["base_model_relation"] != "quantized" || fm["license"] != "apache-2.0" ||
+		fm["pipeline_tag"] != "text-generation" || fm["quantized_by"] != "phonellm" {
+		t.Fatalf("front matter %v", fm)
+	}
+	tags, _ := fm["tags"].([]any)
+	if len(tags) == 0 || tags[0] != "gguf" {
+		t.Fatalf("tags %v", fm["tags"])
+	}
+	n := 0
+	for _, tg := range tags {
+		if tg == "gguf" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("duplicate gguf tag: %v", tags)
+	}
+}
+
+func TestCardValidateAndDefaults(t *testing.T) {
+	for _, c := range []*Card{
+		{},
+		{Name: "x", BaseModelRelation: "copy", BaseModel: "a/b"},
+		{Name: "x", BaseModelRelation: "quantized"},
+		{Name: "x", License: "other"},
+		{Name: "x", Files: []CardFile{{Name: "", Size: 1}}},
+	} {
+		if _, err := c.Render(); err == nil {
+			t.Errorf("accepted %+v", c)
+		}
+	}
+	out, err := (&Card{Name: "x", BaseModel: "a/b"}).Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte("license: other")) || !bytes.Contains(out, []byte("license_link: https://huggingface.co/a/b")) {
+		t.Fatalf("unknown license not marked other:\n%s", out)
+	}
+	if GGUFName("m", "q4_k_m") != "m-Q4_K_M.gguf" {
+		t.Fatal(GGUFName("m", "q4_k_m"))
+	}
+	if humanBytes(999) != "999 B" || humanBytes(5_700_000_000) != "5.70 GB" {
+		t.Fatal(humanBytes(5_700_000_000))
+	}
+}
