@@ -20,6 +20,9 @@ func demoSteps() [][]string {
 		{"quantize", "q4_k_m"},
 		{"inspect", "--tensors=false", "tiny-fraud-Q4_K_M.gguf"},
 		{"fit", "--ctx", "8192", "--all"},
+		{"ship", "--replicas", "3", "--gateway-port", "0", "--prompt", "Assess this transaction: 3 card payments in 2 minutes from new devices."},
+		{"fleet", "status"},
+		{"fleet", "stop"},
 	}
 }
 

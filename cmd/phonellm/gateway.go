@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/phonellm/phonellm/runtime/gateway"
+	"github.com/spf13/cobra"
+)
+
+func init() { register("run", newGatewayCmd) }
+
+func newGatewayCmd(a *app) *cobra.Command {
+	var deployment, host, apiKeyEnv string
+	var replicas []string
+	var port int
+	cmd := &cobra.Command{
+		Use:   "gateway (--deployment ID | --replica URL...) [--port 8090]",
+		Short: "One OpenAI-compatible endpoint over the replicas of a deployment",
+		Long: `Serve one OpenAI-compatible endpoint over replica URLs: active health checks, least-outstanding-requests
+routing that respects each replica's free slots, retry on another replica when a request fails before the first
+byte, circuit breaking, client API keys (--api-key-env or PHONELLM_API_KEY), per-replica metrics on /metrics and a
+/v1/models that reflects what is live. With --deployment it follows the deployment's replicas as they come and go.
+It binds 127.0.0.1 unless --host says otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (deployment == "") == (len(replicas) == 0) {
+				return usageError("give exactly one of --deployment ID or --replica URL")
+			}
+			var keys []string
+			key := getenv("PHONELLM_API_KEY", "")
+			if apiKeyEnv != "" {
+				key = os.Getenv(apiKeyEnv)
+			}
+			if key != "" {
+				keys = append(keys, key)
+			}
+			logger := slog.New(slog.NewTextHandler(a.io.Err, nil))
+			g, err := gateway.New(gateway.Options{APIKeys: keys, Logger: logger})
+			if err != nil {
+				return err
+			}
+			defer g.Close()
+			if deployment != "" {
+				f, _, err := localFleet()
+				if err != nil {
+					return err
+				}
+				go g.Follow(a.ctx, 2*time.Second, func(ctx context.Context) ([]gateway.Replica, error) {
+					eps, err := f.Endpoints(ctx, deployment)
+					if err != nil {
+						return nil, err
+					}
+					rs := make([]gateway.Replica, len(eps))
+					for i, e := range eps {
+						rs[i] = gateway.Replica{URL: e.URL, Slots: e.Slots, Name: fmt.Sprintf("replica-%d", e.Replica)}
+						if e.APIKeyEnv != "" {
+							rs[i].APIKey = os.Getenv(e.APIKeyEnv)
+						}
+					}
+					return rs, nil
+				})
+			} else {
+				var rs []gateway.Replica
+				for _, u := range replicas {
+					rs = append(rs, gateway.Replica{URL: strings.TrimSuffix(u, "/")})
+				}
+				if err := g.SetReplicas(rs); err != nil {
+					return usageError("%v", err)
+				}
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return err
+			}
+			a.io.Printf("gateway listening on http://%s\n", ln.Addr())
+			fmt.Fprintf(a.io.Out, "http://%s\n", ln.Addr())
+			return g.Serve(a.ctx, ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&deployment, "deployment", "", "follow the replicas of this local deployment")
+	f.StringArrayVar(&replicas, "replica", nil, "replica base URL (repeatable)")
+	f.StringVar(&host, "host", "127.0.0.1", "address to bind")
+	f.IntVarP(&port, "port", "p", 8090, "port to bind (0 picks a free one)")
+	f.StringVar(&apiKeyEnv, "api-key-env", "", "environment variable holding the key clients must send")
+	return cmd
+}

@@ -1,0 +1,163 @@
+package local
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/phonellm/phonellm/pipeline/deploy"
+	"github.com/phonellm/phonellm/runtime/api"
+	"github.com/phonellm/phonellm/runtime/enginetest"
+)
+
+// The test binary doubles as the replica program and as the supervisor: Options.Command and
+// Options.Supervisor re-exec it with one of these first arguments.
+const (
+	roleReplica    = "phonellm-fake-replica"
+	roleSupervisor = "phonellm-fake-supervisor"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case roleReplica:
+			os.Exit(fakeReplica(os.Args[2:]))
+		case roleSupervisor:
+			os.Exit(fakeSupervisor(os.Args[2:]))
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// fakeReplica is `phonellm serve` with the fake engine: same command line, same HTTP API (runtime/api),
+// plus GET /debug/alloc?mb=N, which makes N MiB resident to trip the memory watchdog.
+func fakeReplica(args []string) int {
+	if len(args) < 1 {
+		fmt.Fprintln(os.Stderr, "fake replica: no model")
+		return 2
+	}
+	model := args[0]
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	port := fs.Int("port", 0, "")
+	threads := fs.Int("threads", 0, "")
+	parallel := fs.Int("parallel", 1, "")
+	host := fs.String("host", "", "")
+	ctxLen := fs.Int("ctx", 0, "")
+	keyEnv := fs.String("api-key-env", "", "")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if _, err := os.Stat(model); err != nil || *threads < 1 || *host != "127.0.0.1" {
+		fmt.Fprintf(os.Stderr, "fake replica: model %q (%v), threads %d, host %q\n", model, err, *threads, *host)
+		return 2
+	}
+	delay, _ := time.ParseDuration(os.Getenv("PHONELLM_FAKE_TOKEN_DELAY"))
+	srv := api.New(api.Options{APIKey: os.Getenv(*keyEnv)})
+	srv.SetEngine(enginetest.NewFake(enginetest.Options{ID: "tiny", Parallel: *parallel, ContextLength: max(*ctxLen, 256), TokenDelay: delay}))
+	var hoard [][]byte
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/alloc", func(w http.ResponseWriter, r *http.Request) {
+		mb, _ := strconv.Atoi(r.URL.Query().Get("mb"))
+		for range mb {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			hoard = append(hoard, b)
+		}
+		fmt.Fprintf(w, "%d\n", len(hoard))
+	})
+	mux.Handle("/", srv.Handler())
+	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake replica:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "fake replica listening on %s\n", ln.Addr())
+	return func() int { _ = http.Serve(ln, mux); return 1 }()
+}
+
+func fakeSupervisor(args []string) int {
+	if len(args) != 2 {
+		return 2
+	}
+	err := Supervise(context.Background(), SuperviseOptions{Store: deploy.NewStore(args[0]), ID: args[1],
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		HealthInterval: 50 * time.Millisecond, MemoryInterval: 50 * time.Millisecond,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 3 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake supervisor:", err)
+		return 1
+	}
+	return 0
+}
+
+// testFleet returns a Fleet whose replicas and supervisor are this test binary.
+func testFleet(t *testing.T, dir string) *Fleet {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(Options{Store: deploy.NewStore(dir), Cores: 6,
+		Command: func(spec deploy.Spec, p Plan) ([]string, error) {
+			argv, err := DefaultCommand(spec, p)
+			if err != nil {
+				return nil, err
+			}
+			if argv[1] != "serve" {
+				return nil, fmt.Errorf("default command %v", argv)
+			}
+			argv[0], argv[1] = exe, roleReplica
+			return argv, nil
+		},
+		Supervisor: func(dir, id string) ([]string, error) { return []string{exe, roleSupervisor, dir, id}, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// testSpec describes n replicas of a small model file.
+func testSpec(t *testing.T, n int) deploy.Spec {
+	t.Helper()
+	model := filepath.Join(t.TempDir(), "tiny.gguf")
+	body := []byte("GGUF not really a model")
+	if err := os.WriteFile(model, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	return deploy.Spec{Name: "Tiny Test", Replicas: n, Slots: 2, Ctx: 512,
+		Model: deploy.ModelRef{ID: "tiny", Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:]), Path: model}}
+}
+
+// deployT deploys and arranges for the deployment to be stopped when the test ends.
+func deployT(t *testing.T, f *Fleet, spec deploy.Spec) deploy.Deployment {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := f.Deploy(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Stop(context.Background(), d.ID); err != nil {
+			t.Errorf("cleanup stop: %v", err)
+		}
+	})
+	if _, err := f.WaitReady(ctx, d.ID, 0); err != nil {
+		t.Fatalf("%v\nsupervisor log: %s", err, tail(filepath.Join(runDir(f.o.Store, d.ID), "supervisor.log"), 4096))
+	}
+	return d
+}

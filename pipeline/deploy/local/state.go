@@ -1,0 +1,113 @@
+package local
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/phonellm/phonellm/pipeline/deploy"
+)
+
+// Target is the name of this target in deployment records.
+const Target = "local"
+
+// Extra is the local target's part of a deployment record ([deploy.Deployment].Extra).
+type Extra struct {
+	// Supervisor is the `phonellm fleet supervise` process; zero when none runs.
+	Supervisor Proc `json:"supervisor"`
+	// Memory says how the memory limit is enforced (see the package documentation).
+	Memory string `json:"memory_enforcement,omitempty"`
+	// Replicas holds one record per replica, in index order.
+	Replicas []Process `json:"replicas"`
+}
+
+// Proc identifies a process even after its PID is reused: the start time in clock ticks after boot
+// (/proc/<pid>/stat field 22) must match too.
+type Proc struct {
+	PID        int       `json:"pid,omitempty"`
+	StartTicks uint64    `json:"start_ticks,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+}
+
+// Process is a replica's process record.
+type Process struct {
+	Proc
+	Index   int `json:"index"`
+	Port    int `json:"port"`
+	Threads int `json:"threads"`
+	// MemoryLimit is the RSS limit in bytes (0: none); the address-space limit is MemoryLimit + AddressSpaceSlack.
+	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+	// Argv is the command (no secret: the API key is passed by variable name).
+	Argv       []string  `json:"argv"`
+	Restarts   int       `json:"restarts"`
+	LastExit   string    `json:"last_exit,omitempty"`
+	LastExitAt time.Time `json:"last_exit_at,omitzero"`
+	// Log is the file that receives the replica's stdout and stderr.
+	Log string `json:"log"`
+}
+
+// AddressSpaceSlack is added to a replica's memory limit to form its RLIMIT_AS: address space counts
+// reservations that never become resident (allocator arenas, thread stacks, the Go heap's reservations), so
+// an address-space limit equal to the phone's RAM would fail allocations a phone would satisfy. The RSS
+// watchdog enforces the limit itself.
+const AddressSpaceSlack int64 = 2 << 30
+
+// decodeExtra reads the local part of a deployment record.
+func decodeExtra(d deploy.Deployment) (Extra, error) {
+	var x Extra
+	if d.Target != Target {
+		return x, fmt.Errorf("local: deployment %s belongs to target %q", d.ID, d.Target)
+	}
+	if len(d.Extra) == 0 {
+		return x, fmt.Errorf("local: deployment %s has no process records", d.ID)
+	}
+	if err := json.Unmarshal(d.Extra, &x); err != nil {
+		return x, fmt.Errorf("local: deployment %s: process records: %w", d.ID, err)
+	}
+	if len(x.Replicas) != len(d.Replicas) {
+		return x, fmt.Errorf("local: deployment %s: %d process records for %d replicas", d.ID, len(x.Replicas), len(d.Replicas))
+	}
+	for i, p := range x.Replicas {
+		if p.Index != i || d.Replicas[i].Index != i || p.Port < 1 || p.Port > 65535 || len(p.Argv) == 0 {
+			return x, fmt.Errorf("local: deployment %s: replica %d: bad record (index %d, port %d, %d args)", d.ID, i, p.Index, p.Port, len(p.Argv))
+		}
+	}
+	return x, nil
+}
+
+func encodeExtra(d *deploy.Deployment, x Extra) error {
+	b, err := json.Marshal(x)
+	if err != nil {
+		return fmt.Errorf("local: encode process records: %w", err)
+	}
+	d.Extra = b
+	return nil
+}
+
+// runDir is where a deployment's lock and logs live: <store>/local/<id>.
+func runDir(store *deploy.Store, id string) string { return filepath.Join(store.Dir, "local", id) }
+
+func lockPath(store *deploy.Store, id string) string {
+	return filepath.Join(runDir(store, id), "supervisor.lock")
+}
+
+// keyPresent fails when the spec names an API-key variable that is unset: replicas started without it would
+// serve without authentication.
+func keyPresent(spec deploy.Spec) error {
+	if spec.APIKeyEnv != "" && os.Getenv(spec.APIKeyEnv) == "" {
+		return fmt.Errorf("local: the API key variable %s is not set in this environment (replicas would accept any request)", spec.APIKeyEnv)
+	}
+	return nil
+}
+
+// forbidKey registers the API key's value with the store so no record can contain it.
+func forbidKey(store *deploy.Store, spec deploy.Spec) {
+	if spec.APIKeyEnv != "" {
+		store.Forbid(os.Getenv(spec.APIKeyEnv))
+	}
+	if spec.HFTokenEnv != "" {
+		store.Forbid(os.Getenv(spec.HFTokenEnv))
+	}
+}

@@ -1,0 +1,377 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/phonellm/phonellm/pipeline/deploy"
+)
+
+// SuperviseOptions configure Supervise. Only Store and ID are required.
+type SuperviseOptions struct {
+	Store *deploy.Store
+	ID    string
+	// Logger receives one line per replica start, exit and state change; nil discards.
+	Logger *slog.Logger
+	// HealthInterval is the time between /health checks of a replica (default 1 s); HealthTimeout bounds one
+	// (default 2 s).
+	HealthInterval, HealthTimeout time.Duration
+	// MemoryInterval is the time between RSS readings of a replica with a memory limit (default 250 ms).
+	MemoryInterval time.Duration
+	// BackoffBase is the first wait before restarting a replica that exited (default 500 ms); it doubles per
+	// consecutive crash up to BackoffMax (default 30 s), with ±20 % jitter, and falls back to BackoffBase once
+	// a replica ran for StableAfter (default 60 s).
+	BackoffBase, BackoffMax, StableAfter time.Duration
+	// Unresponsive is the number of consecutive failed health checks after which a replica that was ready is
+	// killed and restarted (default 30; negative disables).
+	Unresponsive int
+	// StopGrace is how long replicas get to exit after SIGTERM before SIGKILL (default 10 s).
+	StopGrace time.Duration
+}
+
+func (o *SuperviseOptions) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.HealthInterval, time.Second)
+	def(&o.HealthTimeout, 2*time.Second)
+	def(&o.MemoryInterval, 250*time.Millisecond)
+	def(&o.BackoffBase, 500*time.Millisecond)
+	def(&o.BackoffMax, 30*time.Second)
+	def(&o.StableAfter, time.Minute)
+	def(&o.StopGrace, 10*time.Second)
+	if o.Unresponsive == 0 {
+		o.Unresponsive = 30
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// maxLog is the size at which a replica's log is rotated (to <log>.1) when the replica (re)starts.
+const maxLog = 8 << 20
+
+// Supervise runs the replicas of a recorded deployment until ctx ends or the process gets SIGTERM/SIGINT
+// (what Stop sends), restarting any that exits, then stops them all and records the deployment as stopped.
+// It is the body of `phonellm fleet supervise`. Only one supervisor runs per deployment (an flock on
+// <state>/local/<id>/supervisor.lock); replica processes left by a supervisor that died are killed first.
+func Supervise(ctx context.Context, o SuperviseOptions) error {
+	if err := supported(); err != nil {
+		return err
+	}
+	if o.Store == nil {
+		return errors.New("local: supervise: no state store")
+	}
+	o.defaults()
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+	if err := os.MkdirAll(runDir(o.Store, o.ID), 0o700); err != nil {
+		return fmt.Errorf("local: supervise %s: %w", o.ID, err)
+	}
+	lock, held, err := lockFile(lockPath(o.Store, o.ID))
+	if err != nil {
+		return fmt.Errorf("local: supervise %s: lock: %w", o.ID, err)
+	}
+	if !held {
+		return fmt.Errorf("local: supervise %s: another supervisor runs this deployment", o.ID)
+	}
+	defer lock.Close()
+	d, err := o.Store.Load(o.ID)
+	if err != nil {
+		return err
+	}
+	x, err := decodeExtra(d)
+	if err != nil {
+		return err
+	}
+	if d.State == deploy.StateStopped {
+		o.Logger.Info("deployment is stopped; nothing to supervise", "deployment", o.ID)
+		return nil
+	}
+	if err := keyPresent(d.Spec); err != nil {
+		return err
+	}
+	forbidKey(o.Store, d.Spec)
+	for _, p := range x.Replicas {
+		if alive(p.Proc) {
+			o.Logger.Warn("killing a replica left by an earlier supervisor", "replica", p.Index, "pid", p.PID)
+			_ = signalGroup(p.Proc, syscall.SIGKILL)
+		}
+	}
+	self, err := identify(os.Getpid())
+	if err != nil {
+		return fmt.Errorf("local: supervise %s: %w", o.ID, err)
+	}
+	self.StartedAt = time.Now().UTC()
+	s := &supervisor{o: o, d: d, x: x,
+		client: &http.Client{Timeout: o.HealthTimeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
+	s.x.Supervisor = self
+	s.d.State = deploy.StateStarting
+	for i := range s.d.Replicas {
+		s.d.Replicas[i].State = deploy.StatePending
+		s.x.Replicas[i].Proc = Proc{}
+	}
+	s.mu.Lock()
+	err = s.saveLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	o.Logger.Info("supervising", "deployment", o.ID, "replicas", len(d.Replicas), "pid", self.PID)
+
+	var wg sync.WaitGroup
+	for i := range s.d.Replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run(ctx, i)
+		}()
+	}
+	wg.Wait()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.d.Replicas {
+		s.d.Replicas[i].State, s.d.Replicas[i].Ref = deploy.StateStopped, ""
+		s.x.Replicas[i].Proc = Proc{}
+	}
+	s.x.Supervisor = Proc{}
+	s.d.State = deploy.StateStopped
+	err = s.saveLocked()
+	o.Logger.Info("stopped", "deployment", o.ID)
+	return err
+}
+
+type supervisor struct {
+	o      SuperviseOptions
+	client *http.Client
+
+	mu sync.Mutex
+	d  deploy.Deployment
+	x  Extra
+}
+
+// saveLocked writes the record; the deployment state follows the replicas' unless it is stopped.
+func (s *supervisor) saveLocked() error {
+	if s.d.State != deploy.StateStopped {
+		states := make([]deploy.State, len(s.d.Replicas))
+		for i, r := range s.d.Replicas {
+			states[i] = r.State
+		}
+		s.d.State = deploy.Aggregate(states)
+	}
+	if err := encodeExtra(&s.d, s.x); err != nil {
+		return err
+	}
+	if err := s.o.Store.Save(s.d); err != nil {
+		s.o.Logger.Error("saving the deployment record failed", "error", err)
+		return err
+	}
+	return nil
+}
+
+func (s *supervisor) setState(i int, st deploy.State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.d.Replicas[i].State == st {
+		return
+	}
+	s.d.Replicas[i].State = st
+	s.o.Logger.Info("replica state", "replica", i, "state", st)
+	_ = s.saveLocked()
+}
+
+// run keeps replica i running until ctx ends.
+func (s *supervisor) run(ctx context.Context, i int) {
+	// PR_SET_PDEATHSIG fires when the thread that forked the child exits, not the process: keep this
+	// goroutine on one thread for the replica's lifetime so the Go scheduler cannot retire that thread.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	backoff := s.o.BackoffBase
+	for ctx.Err() == nil {
+		started := time.Now()
+		why := s.once(ctx, i)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) >= s.o.StableAfter {
+			backoff = s.o.BackoffBase
+		}
+		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
+		s.o.Logger.Warn("replica exited", "replica", i, "reason", why, "restart_in", wait.Round(time.Millisecond))
+		s.mu.Lock()
+		p := &s.x.Replicas[i]
+		p.Proc, p.LastExit, p.LastExitAt = Proc{}, why, time.Now().UTC()
+		p.Restarts++
+		s.d.Replicas[i].State, s.d.Replicas[i].Ref = deploy.StatePending, ""
+		_ = s.saveLocked()
+		s.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, s.o.BackoffMax)
+	}
+}
+
+// once starts replica i, watches it (health, memory) and returns why it ended.
+func (s *supervisor) once(ctx context.Context, i int) string {
+	s.mu.Lock()
+	p := s.x.Replicas[i]
+	url := s.d.Replicas[i].URL
+	s.mu.Unlock()
+
+	argv := p.Argv
+	var asLimit uint64
+	wrapped := false
+	if p.MemoryLimit > 0 {
+		asLimit = uint64(p.MemoryLimit + AddressSpaceSlack)
+		if w := memoryWrapper(asLimit); w != nil {
+			argv, wrapped = append(w, argv...), true
+		}
+	}
+	logf, err := openLog(p.Log)
+	if err != nil {
+		return "start: " + err.Error()
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "PHONELLM_REPLICA_INDEX="+strconv.Itoa(i))
+	cmd.SysProcAttr = replicaAttr()
+	if err := cmd.Start(); err != nil {
+		return "start: " + err.Error()
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	proc, err := identify(cmd.Process.Pid)
+	if err != nil {
+		proc = Proc{PID: cmd.Process.Pid}
+	}
+	proc.StartedAt = time.Now().UTC()
+	if asLimit > 0 && !wrapped {
+		if err := limitAfterStart(proc.PID, asLimit); err != nil {
+			s.o.Logger.Warn("could not limit the replica's address space", "replica", i, "error", err)
+		}
+	}
+	s.mu.Lock()
+	s.x.Replicas[i].Proc = proc
+	s.d.Replicas[i].State, s.d.Replicas[i].Ref = deploy.StateStarting, strconv.Itoa(proc.PID)
+	_ = s.saveLocked()
+	s.mu.Unlock()
+	s.o.Logger.Info("replica started", "replica", i, "pid", proc.PID, "port", p.Port)
+
+	health := time.NewTicker(s.o.HealthInterval)
+	defer health.Stop()
+	var memory <-chan time.Time
+	if p.MemoryLimit > 0 {
+		mt := time.NewTicker(s.o.MemoryInterval)
+		defer mt.Stop()
+		memory = mt.C
+	}
+	reason := ""
+	ready, fails := false, 0
+	for {
+		select {
+		case err := <-exited:
+			if reason != "" {
+				return reason
+			}
+			if err == nil {
+				return "exited with status 0"
+			}
+			return err.Error()
+		case <-ctx.Done():
+			s.terminate(proc, exited)
+			return "stopped"
+		case <-memory:
+			rss, err := rssBytes(proc.PID)
+			if err == nil && rss > p.MemoryLimit && reason == "" {
+				// What Android's low-memory killer does to an app over its budget.
+				reason = fmt.Sprintf("killed: resident memory %d MiB over the %d MiB limit", rss>>20, p.MemoryLimit>>20)
+				_ = signalGroup(proc, syscall.SIGKILL)
+			}
+		case <-health.C:
+			if reason != "" {
+				continue
+			}
+			if s.check(ctx, url) {
+				fails = 0
+				if !ready {
+					ready = true
+					s.setState(i, deploy.StateReady)
+				}
+				continue
+			}
+			if !ready {
+				continue
+			}
+			fails++
+			s.setState(i, deploy.StateStarting)
+			if s.o.Unresponsive > 0 && fails >= s.o.Unresponsive {
+				reason = fmt.Sprintf("killed: %d health checks failed in a row", fails)
+				_ = signalGroup(proc, syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+// terminate stops a replica: SIGTERM to its group, SIGKILL after StopGrace.
+func (s *supervisor) terminate(p Proc, exited <-chan error) {
+	_ = signalGroup(p, syscall.SIGTERM)
+	t := time.NewTimer(s.o.StopGrace)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return
+	case <-t.C:
+	}
+	_ = signalGroup(p, syscall.SIGKILL)
+	<-exited
+}
+
+func (s *supervisor) check(ctx context.Context, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// openLog opens a replica's log for appending, first rotating it to <path>.1 when it exceeds maxLog.
+func openLog(path string) (*os.File, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() > maxLog {
+		if err := os.Rename(path, path+".1"); err != nil {
+			return nil, fmt.Errorf("rotate log: %w", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("log: %w", err)
+	}
+	return f, nil
+}

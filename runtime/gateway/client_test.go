@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/phonellm/phonellm/runtime/api"
+	"github.com/phonellm/phonellm/runtime/enginetest"
+)
+
+// openaiDir returns a directory whose node_modules holds the official "openai" npm package
+// (PHONELLM_OPENAI_DIR, else the oracle directory of scripts/setup-oracle.sh). Without it the test skips,
+// unless PHONELLM_REQUIRE_ORACLE=1 makes that a failure.
+func openaiDir(t *testing.T) string {
+	dir := os.Getenv("PHONELLM_OPENAI_DIR")
+	if dir == "" {
+		dir = os.Getenv("PHONELLM_ORACLE_DIR")
+	}
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "phonellm", "oracle")
+	}
+	_, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "index.mjs"))
+	_, nodeErr := exec.LookPath("node")
+	if err != nil || nodeErr != nil {
+		msg := "npm package openai not installed in " + dir + " (set PHONELLM_OPENAI_DIR)"
+		if os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return dir
+}
+
+// TestOfficialOpenAIClient: the official client works through the gateway unchanged, streaming included,
+// over two replicas running phonellm's API server.
+func TestOfficialOpenAIClient(t *testing.T) {
+	dir := openaiDir(t)
+	eo := enginetest.Options{ID: "tiny", Reply: func(string) string { return "RISK_LEVEL: 5" }}
+	a := engineReplica(t, eo, api.Options{APIKey: "replica-key-000"})
+	b := engineReplica(t, eo, api.Options{APIKey: "replica-key-000"})
+	g, ts := newGateway(t, Options{APIKeys: []string{"client-key-000"}},
+		Replica{URL: a.URL(), APIKey: "replica-key-000"}, Replica{URL: b.URL(), APIKey: "replica-key-000"})
+	waitLive(t, g, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "openai_client.mjs"), dir, ts.URL+"/v1", "client-key-000")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Chat   struct{ Content, Finish, Object string }
+		Stream struct {
+			Content, Finish string
+			Usage           *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			}
+			Chunks int
+		}
+		Models []string
+		BadKey *struct {
+			Status int
+			Code   string
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	switch {
+	case got.Chat.Content != "RISK_LEVEL: 5" || got.Chat.Finish != "stop" || got.Chat.Object != "chat.completion":
+		t.Fatalf("chat %+v", got.Chat)
+	case got.Stream.Content != "RISK_LEVEL: 5" || got.Stream.Finish != "stop" || got.Stream.Usage == nil || got.Stream.Chunks < 5:
+		t.Fatalf("stream %+v", got.Stream)
+	case !slices.Equal(got.Models, []string{"tiny"}):
+		t.Fatalf("models %v", got.Models)
+	case got.BadKey == nil || got.BadKey.Status != 401 || got.BadKey.Code != "invalid_api_key":
+		t.Fatalf("bad key %+v", got.BadKey)
+	}
+}

@@ -1,0 +1,27 @@
+// Package gateway puts one OpenAI-compatible endpoint in front of a changing set of serving replicas (phones
+// behind tunnels, or local `phonellm serve` processes).
+//
+// Routing is least-outstanding-requests within each replica's free slots: a replica with S slots gets at most
+// S requests at once from the gateway, and among replicas with a free slot the one with the lowest
+// in-flight/slots ratio wins. When every slot is busy, requests wait in a bounded FIFO queue (QueueSize,
+// QueueTimeout) and then get 429 with Retry-After. Slots come from the replica's configuration, else from its
+// GET /health ("slots", or "slots_idle" + "slots_processing"), else from "phonellm_slots_total" on its
+// /metrics, else 1.
+//
+// Health: every replica is probed with GET /health (HealthInterval, HealthTimeout); only replicas whose last
+// probe succeeded receive requests. A request that fails on a replica before the first response byte
+// (connection refused or reset, a 5xx or a 429) is retried on another replica, up to MaxAttempts; the request
+// body is buffered (at most MaxBodyBytes) so it can be replayed. Non-streaming responses are read whole (at
+// most MaxBufferedResponse) before anything reaches the client, so a replica dying mid-body is still retried;
+// Server-Sent Events are passed through unbuffered, flushed event by event, and never retried once a byte
+// was sent. A client that disconnects cancels the upstream request.
+//
+// Circuit breaking: FailureThreshold consecutive failures (transport errors and 5xx) eject a replica for
+// EjectBase, doubling per consecutive ejection up to EjectMax. After the ejection a fresh health probe must
+// succeed before it serves again, and one more failure ejects it again at once.
+//
+// The gateway serves /v1/* (proxied), GET /v1/models (the union of the models the live replicas list),
+// GET /health (200 while at least one replica is live, with summed slots so gateways can be stacked) and
+// GET /metrics (Prometheus text: gateway totals and per-replica gauges, counters and latency histograms).
+// Client API keys are Bearer tokens compared in constant time; several may be valid at once.
+package gateway

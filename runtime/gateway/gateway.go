@@ -1,0 +1,394 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultAddr is where ListenAndServe binds when given no address: loopback only.
+const DefaultAddr = "127.0.0.1:8090"
+
+// Replica is one upstream server.
+type Replica struct {
+	// URL is the base URL (http or https); the OpenAI API is under URL + "/v1".
+	URL string `json:"url"`
+	// Slots is how many requests the replica serves at once; 0 learns it from the replica.
+	Slots int `json:"slots,omitempty"`
+	// APIKey is sent to the replica as "Authorization: Bearer <key>" (never logged, never in metrics).
+	APIKey string `json:"-"`
+	// Name labels the replica in metrics and logs; default: the URL's host.
+	Name string `json:"name,omitempty"`
+}
+
+// Options configure a Gateway. The zero value is usable: no client auth, defaults below.
+type Options struct {
+	// APIKeys are the client keys accepted as "Authorization: Bearer <key>" on every endpoint but /health.
+	// Empty means no authentication.
+	APIKeys []string
+	// HealthInterval is the time between probes of one replica (default 2 s); HealthTimeout bounds a probe
+	// (default 2 s).
+	HealthInterval, HealthTimeout time.Duration
+	// ModelsInterval is how often a live replica's /v1/models is refreshed (default 30 s).
+	ModelsInterval time.Duration
+	// FailureThreshold is the number of consecutive failures that eject a replica (default 3).
+	FailureThreshold int
+	// EjectBase is the first ejection period (default 5 s); it doubles per consecutive ejection up to
+	// EjectMax (default 2 min).
+	EjectBase, EjectMax time.Duration
+	// MaxAttempts bounds the replicas one request is tried on (default 3).
+	MaxAttempts int
+	// MaxBodyBytes bounds request bodies, which are buffered for replay (default 16 MiB).
+	MaxBodyBytes int64
+	// MaxBufferedResponse is how much of a non-streaming response is held back so that a replica failing
+	// mid-body can still be retried (default 1 MiB); larger responses are streamed after that point.
+	MaxBufferedResponse int64
+	// QueueSize bounds the requests waiting for a free slot (default 1024); QueueTimeout bounds the wait
+	// (default 60 s). Either limit answers 429 with Retry-After.
+	QueueSize    int
+	QueueTimeout time.Duration
+	// ResponseTimeout bounds the wait for a replica's response headers (the prefill of a non-streaming
+	// request included); on expiry the attempt counts as a failure and, since nothing reached the client,
+	// the request moves to another replica. Default 10 min (the replicas' own request timeout); negative
+	// means none.
+	ResponseTimeout time.Duration
+	// DefaultSlots is assumed for a replica that neither is configured with nor reports its slots (default 1).
+	DefaultSlots int
+	// Transport carries upstream requests; nil means a tuned http.Transport.
+	Transport http.RoundTripper
+	// Logger receives replica state changes and failed requests; nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.HealthInterval, 2*time.Second)
+	def(&o.HealthTimeout, 2*time.Second)
+	def(&o.ModelsInterval, 30*time.Second)
+	def(&o.EjectBase, 5*time.Second)
+	def(&o.EjectMax, 2*time.Minute)
+	def(&o.QueueTimeout, 60*time.Second)
+	if o.EjectMax < o.EjectBase {
+		o.EjectMax = o.EjectBase
+	}
+	if o.FailureThreshold <= 0 {
+		o.FailureThreshold = 3
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 3
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 16 << 20
+	}
+	if o.MaxBufferedResponse <= 0 {
+		o.MaxBufferedResponse = 1 << 20
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 1024
+	}
+	if o.ResponseTimeout == 0 {
+		o.ResponseTimeout = 10 * time.Minute
+	}
+	if o.DefaultSlots <= 0 {
+		o.DefaultSlots = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Gateway is an http.Handler that routes OpenAI API requests over replicas. Create it with New, give it
+// replicas with SetReplicas (at any time, from any goroutine) and release it with Close.
+type Gateway struct {
+	o       Options
+	keys    [][32]byte
+	rt      http.RoundTripper
+	ownRT   *http.Transport
+	health  *http.Client
+	pool    *pool
+	m       *metrics
+	handler http.Handler
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a Gateway without replicas.
+func New(o Options) (*Gateway, error) {
+	o.defaults()
+	g := &Gateway{o: o, m: newMetrics()}
+	for i, k := range o.APIKeys {
+		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
+			return nil, fmt.Errorf("gateway: API key %d is empty or has surrounding spaces", i)
+		}
+		g.keys = append(g.keys, sha256.Sum256([]byte(k)))
+	}
+	g.rt = o.Transport
+	if g.rt == nil {
+		g.ownRT = newTransport()
+		g.rt = g.ownRT
+	}
+	g.health = &http.Client{Transport: g.rt, Timeout: o.HealthTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.pool = newPool(&g.o)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", g.serveHealth)
+	mux.HandleFunc("GET /v1/health", g.serveHealth)
+	mux.HandleFunc("GET /metrics", g.serveMetrics)
+	mux.HandleFunc("GET /v1/models", g.serveModels)
+	mux.HandleFunc("GET /v1/models/{id...}", g.serveModel)
+	mux.HandleFunc("/v1/", g.proxy)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
+	g.handler = g.wrap(mux)
+	return g, nil
+}
+
+func newTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil, // replicas are addressed directly, never through HTTP_PROXY
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Bodies pass through as the replica sent them; the client's Accept-Encoding is forwarded.
+		DisableCompression: true,
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+// wrap adds client authentication and request metrics.
+func (g *Gateway) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/v1/health" {
+				g.m.request(sw.code, time.Since(start))
+			}
+		}()
+		if len(g.keys) > 0 && r.URL.Path != "/health" && r.URL.Path != "/v1/health" && !g.authorized(r) {
+			writeError(sw, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+				"Incorrect or missing API key: send Authorization: Bearer <key>.")
+			return
+		}
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// authorized compares the bearer token's hash with every key's in constant time: neither which key matched
+// nor the keys' lengths leak through timing.
+func (g *Gateway) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	ok := 0
+	for i := range g.keys {
+		ok |= subtle.ConstantTimeCompare(got[:], g.keys[i][:])
+	}
+	return ok == 1
+}
+
+// SetReplicas replaces the replica set. Replicas are matched by URL: a kept replica keeps its state
+// (in-flight requests, health, breaker), a new one is probed at once and serves after its first successful
+// probe, a removed one receives no new requests (requests in flight finish). Invalid URLs make SetReplicas
+// fail without changing anything.
+func (g *Gateway) SetReplicas(rs []Replica) error {
+	norm := make([]Replica, 0, len(rs))
+	seen := map[string]bool{}
+	for i, r := range rs {
+		u, err := url.Parse(r.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("gateway: replica %d: URL %q: want http(s)://host[:port][/path]", i, redact(r.URL))
+		}
+		if r.Slots < 0 {
+			return fmt.Errorf("gateway: replica %d (%s): slots = %d, want >= 0", i, u.Host, r.Slots)
+		}
+		u.User = nil
+		u.Path = strings.TrimRight(u.Path, "/")
+		key := u.String()
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		r.URL = key
+		if r.Name == "" {
+			r.Name = u.Host
+		}
+		norm = append(norm, r)
+	}
+	added, removed := g.pool.set(norm)
+	for _, rep := range removed {
+		close(rep.stop)
+		g.o.Logger.Info("replica removed", "replica", rep.conf().Name)
+	}
+	for _, rep := range added {
+		g.o.Logger.Info("replica added", "replica", rep.conf().Name)
+		g.wg.Add(1)
+		go g.healthLoop(rep)
+	}
+	return nil
+}
+
+// Follow keeps the replica set in step with a changing source (a fleet's endpoints): it calls list now and
+// every interval (default 10 s) and applies the result with SetReplicas, until ctx ends or the gateway
+// closes. A failing list, or an empty answer after a non-empty one, keeps the last set (a source that
+// hiccups must not empty the gateway); errors go to the logger.
+func (g *Gateway) Follow(ctx context.Context, interval time.Duration, list func(context.Context) ([]Replica, error)) {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	had := false
+	for {
+		rs, err := list(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				g.o.Logger.Warn("replica list failed; keeping the current replicas", "error", err)
+			}
+		case len(rs) == 0 && had:
+			g.o.Logger.Warn("replica list is empty; keeping the current replicas")
+		default:
+			if err := g.SetReplicas(rs); err != nil {
+				g.o.Logger.Warn("replica list rejected", "error", err)
+			} else {
+				had = had || len(rs) > 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// redact drops userinfo from a URL for error messages.
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	return raw
+}
+
+// ReplicaStatus is a snapshot of one replica as the gateway sees it.
+type ReplicaStatus struct {
+	Name         string    `json:"name"`
+	URL          string    `json:"url"`
+	Live         bool      `json:"live"` // receives requests
+	Healthy      bool      `json:"healthy"`
+	EjectedUntil time.Time `json:"ejected_until,omitzero"`
+	InFlight     int       `json:"in_flight"`
+	Slots        int       `json:"slots"`
+	Models       []string  `json:"models,omitempty"`
+	LastError    string    `json:"last_error,omitempty"`
+}
+
+// Replicas returns the current replicas in the order given to SetReplicas.
+func (g *Gateway) Replicas() []ReplicaStatus { return g.pool.snapshot(time.Now()) }
+
+// Close stops the health checks, answers queued requests with 503 and drops idle upstream connections.
+// Requests in flight are not interrupted. Close is idempotent.
+func (g *Gateway) Close() error {
+	g.cancel()
+	g.pool.close()
+	g.wg.Wait()
+	if g.ownRT != nil {
+		g.ownRT.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Serve serves the gateway on ln until ctx ends, then shuts down, giving requests in flight up to 10 s.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("gateway: serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// ListenAndServe listens on addr (DefaultAddr, loopback, when empty) and serves until ctx ends.
+func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen: %w", err)
+	}
+	return g.Serve(ctx, ln)
+}
+
+// statusWriter records the status code and keeps Flush reachable through http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(c int) {
+	if w.code == 0 {
+		w.code = c
+	}
+	w.ResponseWriter.WriteHeader(c)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// modelIDs lists the model IDs of the live replicas, deduplicated, sorted.
+func (g *Gateway) liveModels() []modelEntry {
+	ms := g.pool.liveModels(time.Now())
+	slices.SortFunc(ms, func(a, b modelEntry) int { return strings.Compare(a.id, b.id) })
+	return slices.CompactFunc(ms, func(a, b modelEntry) bool { return a.id == b.id })
+}
