@@ -1,0 +1,11 @@
+//go:build !amd64
+
+package merge
+
+func lowRankVec(x, u, v []float64) int { return 0 }
+
+func lowRank4Vec(x, u, v []float64, n, cols, r int) int { return 0 }
+
+func encodeBF16Vec(dst []byte, x []float64) int { return 0 }
+
+func decodeBF16Vec(dst []float64, b []byte) int { return 0 }

@@ -1,0 +1,389 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/phonellm/phonellm/runtime"
+)
+
+// APIError is an error in OpenAI's JSON shape:
+// {"error": {"message", "type", "param", "code"}}.
+type APIError struct {
+	Status  int     `json:"-"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+func strp(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func badRequest(param, code, format string, args ...any) *APIError {
+	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: strp(param), Code: strp(code),
+		Message: fmt.Sprintf(format, args...)}
+}
+
+func writeError(w http.ResponseWriter, e *APIError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	_ = json.NewEncoder(w).Encode(map[string]*APIError{"error": e})
+}
+
+// ChatMessage is a message of a chat request. Content is a string or an
+// array of parts of which only "text" parts are accepted.
+type ChatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// StringList is a string or an array of strings (OpenAI's "stop").
+type StringList []string
+
+// UnmarshalJSON accepts a string, an array of strings or null.
+func (s *StringList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		*s = nil
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return err
+		}
+		*s = StringList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("must be a string or an array of strings")
+	}
+	*s = many
+	return nil
+}
+
+// ResponseFormat is OpenAI's response_format.
+type ResponseFormat struct {
+	Type       string          `json:"type"`
+	JSONSchema json.RawMessage `json:"json_schema,omitempty"`
+}
+
+// StreamOptions is OpenAI's stream_options.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// samplingFields are the request fields shared by both endpoints. Fields
+// beyond OpenAI's (top_k, min_p, repeat_penalty, repeat_last_n) are
+// llama-server's extensions.
+type samplingFields struct {
+	Model               string          `json:"model"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *StreamOptions  `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float32        `json:"temperature"`
+	TopP                *float32        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	MinP                *float32        `json:"min_p"`
+	RepeatPenalty       *float32        `json:"repeat_penalty"`
+	RepeatLastN         *int            `json:"repeat_last_n"`
+	FrequencyPenalty    *float32        `json:"frequency_penalty"`
+	PresencePenalty     *float32        `json:"presence_penalty"`
+	Seed                *int64          `json:"seed"`
+	N                   *int            `json:"n"`
+	Stop                StringList      `json:"stop"`
+	ResponseFormat      *ResponseFormat `json:"response_format"`
+	CachePrompt         *bool           `json:"cache_prompt"`
+	Logprobs            *bool           `json:"logprobs"`
+}
+
+// ChatRequest is the body of POST /v1/chat/completions.
+type ChatRequest struct {
+	samplingFields
+	Messages           []ChatMessage  `json:"messages"`
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+	Tools              []any          `json:"tools"`
+}
+
+// CompletionRequest is the body of POST /v1/completions.
+type CompletionRequest struct {
+	samplingFields
+	Prompt json.RawMessage `json:"prompt"`
+	Echo   bool            `json:"echo"`
+}
+
+const maxStops = 16
+
+// request converts the shared fields into an engine request.
+func (f *samplingFields) request(defaults runtime.SamplingParams) (runtime.Request, *APIError) {
+	var r runtime.Request
+	if f.N != nil && *f.N != 1 {
+		return r, badRequest("n", "", "n must be 1 (got %d)", *f.N)
+	}
+	if f.Logprobs != nil && *f.Logprobs {
+		return r, badRequest("logprobs", "", "logprobs are not supported")
+	}
+	switch {
+	case f.MaxCompletionTokens != nil:
+		r.MaxTokens = *f.MaxCompletionTokens
+		if r.MaxTokens < 1 {
+			return r, badRequest("max_completion_tokens", "", "max_completion_tokens must be at least 1")
+		}
+	case f.MaxTokens != nil:
+		r.MaxTokens = *f.MaxTokens
+		if r.MaxTokens < 1 {
+			return r, badRequest("max_tokens", "", "max_tokens must be at least 1")
+		}
+	}
+	if len(f.Stop) > maxStops {
+		return r, badRequest("stop", "", "at most %d stop sequences", maxStops)
+	}
+	r.Stop = f.Stop
+	p := defaults
+	if f.Temperature != nil {
+		p.Temperature = *f.Temperature
+	}
+	if f.TopP != nil {
+		p.TopP = *f.TopP
+	}
+	if f.TopK != nil {
+		p.TopK = *f.TopK
+	}
+	if f.MinP != nil {
+		p.MinP = *f.MinP
+	}
+	if f.RepeatPenalty != nil {
+		p.RepeatPenalty = *f.RepeatPenalty
+	}
+	if f.RepeatLastN != nil {
+		p.RepeatLastN = *f.RepeatLastN
+	}
+	if f.FrequencyPenalty != nil {
+		p.FrequencyPenalty = *f.FrequencyPenalty
+	}
+	if f.PresencePenalty != nil {
+		p.PresencePenalty = *f.PresencePenalty
+	}
+	if f.Seed != nil {
+		s := uint64(*f.Seed)
+		p.Seed = &s
+	}
+	if p.Temperature > 2 {
+		return r, badRequest("temperature", "", "temperature %v is above 2", p.Temperature)
+	}
+	if err := p.Validate(); err != nil {
+		return r, badRequest("", "", "%v", err)
+	}
+	r.Sampling = p
+	if f.CachePrompt != nil && !*f.CachePrompt {
+		r.NoCache = true
+	}
+	if rf := f.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text", "json_object":
+		case "json_schema":
+			var js struct {
+				Schema json.RawMessage `json:"schema"`
+			}
+			if err := json.Unmarshal(rf.JSONSchema, &js); err != nil || len(js.Schema) == 0 || !json.Valid(js.Schema) {
+				return r, badRequest("response_format", "", "response_format json_schema needs a json_schema object with a schema")
+			}
+		default:
+			return r, badRequest("response_format", "", "response_format type %q: want text, json_object or json_schema", rf.Type)
+		}
+	}
+	return r, nil
+}
+
+func (f *samplingFields) wantsJSON() bool {
+	return f.ResponseFormat != nil && (f.ResponseFormat.Type == "json_object" || f.ResponseFormat.Type == "json_schema")
+}
+
+// messages converts chat messages, accepting string content or text parts.
+func (c *ChatRequest) messages() ([]runtime.Message, *APIError) {
+	if len(c.Messages) == 0 {
+		return nil, badRequest("messages", "", "messages must not be empty")
+	}
+	if len(c.Tools) > 0 {
+		return nil, badRequest("tools", "", "tools are not supported")
+	}
+	out := make([]runtime.Message, len(c.Messages))
+	for i, m := range c.Messages {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool":
+		default:
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "", "unknown role %q", m.Role)
+		}
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		text, err := contentText(m.Content)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "", "%v", err)
+		}
+		out[i] = runtime.Message{Role: role, Content: text}
+	}
+	return out, nil
+}
+
+func contentText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("content must be a string or an array of text parts")
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part type %q is not supported (text only)", p.Type)
+		}
+		sb.WriteString(p.Text)
+	}
+	return sb.String(), nil
+}
+
+// prompt returns the text or tokens of a completion request's prompt: a
+// string, an array with one string, or an array of token ids.
+func (c *CompletionRequest) prompt() (string, []int32, *APIError) {
+	raw := bytes.TrimSpace(c.Prompt)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil, badRequest("prompt", "", "prompt is required")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil, nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		if len(ss) != 1 {
+			return "", nil, badRequest("prompt", "", "exactly one prompt is supported (got %d)", len(ss))
+		}
+		return ss[0], nil, nil
+	}
+	var toks []float64
+	if json.Unmarshal(raw, &toks) == nil {
+		out := make([]int32, len(toks))
+		for i, t := range toks {
+			if t != math.Trunc(t) || t < 0 || t > math.MaxInt32 {
+				return "", nil, badRequest("prompt", "", "prompt token %v is not a token id", t)
+			}
+			out[i] = int32(t)
+		}
+		return "", out, nil
+	}
+	return "", nil, badRequest("prompt", "", "prompt must be a string, an array of one string, or an array of token ids")
+}
+
+// Usage is OpenAI's usage object.
+type Usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *TokenDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// TokenDetails reports cached prompt tokens.
+type TokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// Timings is llama-server's timings extension of a response.
+type Timings struct {
+	PromptN            int     `json:"prompt_n"`
+	PromptMS           float64 `json:"prompt_ms"`
+	PromptPerSecond    float64 `json:"prompt_per_second"`
+	PredictedN         int     `json:"predicted_n"`
+	PredictedMS        float64 `json:"predicted_ms"`
+	PredictedPerSecond float64 `json:"predicted_per_second"`
+	CacheN             int     `json:"cache_n"`
+}
+
+func usageOf(r runtime.Response) *Usage {
+	return &Usage{PromptTokens: r.Timings.PromptTokens, CompletionTokens: len(r.Tokens),
+		TotalTokens:         r.Timings.PromptTokens + len(r.Tokens),
+		PromptTokensDetails: &TokenDetails{CachedTokens: r.Timings.CachedTokens}}
+}
+
+func timingsOf(r runtime.Response) *Timings {
+	t := r.Timings
+	return &Timings{
+		PromptN: t.PromptTokens - t.CachedTokens, PromptMS: ms(t.PromptDuration.Seconds()), PromptPerSecond: t.PromptPerSecond(),
+		PredictedN: t.GeneratedTokens, PredictedMS: ms(t.GenerateDuration.Seconds()), PredictedPerSecond: t.GeneratePerSecond(),
+		CacheN: t.CachedTokens,
+	}
+}
+
+func ms(s float64) float64 { return math.Round(s*1e6) / 1e3 }
+
+// ChatMessageOut is an assistant message in a response.
+type ChatMessageOut struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+// ChatChoice is a choice of a chat completion.
+type ChatChoice struct {
+	Index        int             `json:"index"`
+	Message      *ChatMessageOut `json:"message,omitempty"`
+	Delta        *ChatMessageOut `json:"delta,omitempty"`
+	Logprobs     any             `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+// ChatResponse is a chat.completion or a chat.completion.chunk.
+type ChatResponse struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           []ChatChoice `json:"choices"`
+	Usage             *Usage       `json:"usage,omitempty"`
+	Timings           *Timings     `json:"timings,omitempty"`
+}
+
+// CompletionChoice is a choice of a text completion.
+type CompletionChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+// CompletionResponse is a text_completion (also used for stream chunks).
+type CompletionResponse struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint"`
+	Choices           []CompletionChoice `json:"choices"`
+	Usage             *Usage             `json:"usage,omitempty"`
+	Timings           *Timings           `json:"timings,omitempty"`
+}

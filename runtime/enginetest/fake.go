@@ -1,0 +1,341 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/phonellm/phonellm/runtime"
+)
+
+// Token ids of the fake vocabulary: ids 0-255 are bytes, then the specials.
+const (
+	TokenIMStart    int32 = 256 // "<|im_start|>"
+	TokenIMEnd      int32 = 257 // "<|im_end|>", end of generation
+	TokenEndOfText  int32 = 258 // "<|endoftext|>", end of generation
+	FakeVocabSize         = 259
+	defaultReplyLen       = 48
+)
+
+var specials = []struct {
+	id   int32
+	text string
+}{{TokenIMStart, "<|im_start|>"}, {TokenIMEnd, "<|im_end|>"}, {TokenEndOfText, "<|endoftext|>"}}
+
+// Options configure a Fake. The zero value is usable.
+type Options struct {
+	// ID is the served model name; default "fake".
+	ID string
+	// Parallel slots; default 1.
+	Parallel int
+	// ContextLength per slot; default 2048.
+	ContextLength int
+	// Reply returns the text the model "wants" to answer to a prompt; after
+	// it the model emits <|im_end|>. Default: 48 pseudo-random lowercase
+	// letters and spaces derived from the prompt.
+	Reply func(prompt string) string
+	// PromptDelay is spent per evaluated (not cached) prompt token and
+	// TokenDelay per generated token, so timings and the prefix cache are
+	// observable.
+	PromptDelay, TokenDelay time.Duration
+	// ChatTemplate overrides the ChatML template.
+	ChatTemplate string
+}
+
+// Fake is a deterministic in-memory runtime.Engine: a byte-level tokenizer
+// with Qwen's three special tokens, a "model" whose most likely next token
+// follows Options.Reply and whose other logits are pseudo-random functions
+// of the context, real sampling (runtime.Sampler), stop handling
+// (runtime.TextStream), parallel slots with a per-slot prefix cache, and
+// cancellation between tokens. It passes the same conformance suite
+// (Run) as the real engines.
+type Fake struct {
+	o    Options
+	tmpl *runtime.ChatTemplate
+	sem  chan struct{}
+
+	mu     sync.Mutex
+	slots  [][]int32 // tokens "in the KV cache" of each slot
+	busy   []bool
+	closed bool
+	calls  int
+}
+
+var _ runtime.Engine = (*Fake)(nil)
+
+// NewFake returns a Fake.
+func NewFake(o Options) *Fake {
+	if o.ID == "" {
+		o.ID = "fake"
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 1
+	}
+	if o.ContextLength <= 0 {
+		o.ContextLength = 2048
+	}
+	t, err := runtime.NewChatTemplate(o.ChatTemplate, "<|endoftext|>", "<|im_end|>")
+	if err != nil {
+		panic(fmt.Sprintf("enginetest: chat template: %v", err)) // programmer error: the test's template
+	}
+	return &Fake{o: o, tmpl: t, sem: make(chan struct{}, o.Parallel),
+		slots: make([][]int32, o.Parallel), busy: make([]bool, o.Parallel)}
+}
+
+// Calls is the number of Generate calls that got a slot.
+func (f *Fake) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// Info implements runtime.Engine.
+func (f *Fake) Info() runtime.ModelInfo {
+	return runtime.ModelInfo{ID: f.o.ID, Architecture: "fake", Engine: "fake", ContextLength: f.o.ContextLength,
+		Parallel: f.o.Parallel, VocabSize: FakeVocabSize, HasChatTemplate: f.o.ChatTemplate != ""}
+}
+
+// Tokenize implements runtime.Engine: special token texts become their ids,
+// every other byte its own id.
+func (f *Fake) Tokenize(text string, addSpecial bool) ([]int32, error) {
+	var out []int32
+	for len(text) > 0 {
+		matched := false
+		for _, s := range specials {
+			if strings.HasPrefix(text, s.text) {
+				out = append(out, s.id)
+				text = text[len(s.text):]
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			out = append(out, int32(text[0]))
+			text = text[1:]
+		}
+	}
+	return out, nil
+}
+
+// Detokenize implements runtime.Engine.
+func (f *Fake) Detokenize(tokens []int32) (string, error) {
+	var sb strings.Builder
+	for _, t := range tokens {
+		switch {
+		case t >= 0 && t < 256:
+			sb.WriteByte(byte(t))
+		case t >= 256 && t < FakeVocabSize:
+			sb.WriteString(specials[t-256].text)
+		default:
+			return "", fmt.Errorf("enginetest: token %d outside vocabulary of %d", t, FakeVocabSize)
+		}
+	}
+	return sb.String(), nil
+}
+
+// ApplyChatTemplate implements runtime.Engine.
+func (f *Fake) ApplyChatTemplate(messages []runtime.Message, opts runtime.TemplateOptions) (string, error) {
+	return f.tmpl.Render(messages, opts)
+}
+
+// Close implements runtime.Engine.
+func (f *Fake) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	return nil
+}
+
+// Generate implements runtime.Engine.
+func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runtime.Token) error) (runtime.Response, error) {
+	if err := req.Sampling.Validate(); err != nil {
+		return runtime.Response{}, fmt.Errorf("enginetest: sampling: %w", err)
+	}
+	prompt := req.Tokens
+	if prompt == nil {
+		prompt, _ = f.Tokenize(req.Prompt, req.AddSpecial)
+	}
+	if len(prompt) == 0 {
+		return runtime.Response{}, runtime.ErrEmptyPrompt
+	}
+	for _, t := range prompt {
+		if t < 0 || t >= FakeVocabSize {
+			return runtime.Response{}, fmt.Errorf("enginetest: prompt token %d outside vocabulary", t)
+		}
+	}
+	if len(prompt) >= f.o.ContextLength {
+		return runtime.Response{}, &runtime.ContextLengthError{PromptTokens: len(prompt), ContextLength: f.o.ContextLength}
+	}
+	enqueued := time.Now()
+	select {
+	case f.sem <- struct{}{}:
+	case <-ctx.Done():
+		return runtime.Response{FinishReason: runtime.FinishCancelled}, ctx.Err()
+	}
+	defer func() { <-f.sem }()
+
+	// Take the free slot holding the longest prefix.
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return runtime.Response{}, runtime.ErrClosed
+	}
+	f.calls++
+	best, bestN := -1, -1
+	for i, s := range f.slots {
+		if f.busy[i] {
+			continue
+		}
+		n := 0
+		for n < len(s) && n < len(prompt) && s[n] == prompt[n] {
+			n++
+		}
+		if n > bestN {
+			best, bestN = i, n
+		}
+	}
+	f.busy[best] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.busy[best] = false
+		f.mu.Unlock()
+	}()
+	cached := bestN
+	if req.NoCache {
+		cached = 0
+	}
+	if cached == len(prompt) {
+		cached--
+	}
+	kv := append([]int32(nil), prompt...)
+	f.setSlot(best, kv)
+
+	tm := runtime.Timings{PromptTokens: len(prompt), CachedTokens: cached}
+	admitted := time.Now()
+	tm.QueueDuration = admitted.Sub(enqueued)
+	resp := runtime.Response{}
+	if err := sleep(ctx, time.Duration(len(prompt)-cached)*f.o.PromptDelay); err != nil {
+		resp.FinishReason, tm.PromptDuration = runtime.FinishCancelled, time.Since(admitted)
+		resp.Timings = tm
+		return resp, err
+	}
+	first := time.Now()
+	tm.PromptDuration = first.Sub(admitted)
+
+	promptText, _ := f.Detokenize(prompt)
+	reply := f.reply(promptText)
+	sampler := runtime.NewSampler(req.Sampling)
+	stream := runtime.NewTextStream(req.Stop)
+	history := append([]int32(nil), prompt...)
+	logits := make([]float32, FakeVocabSize)
+	finish := func(r runtime.FinishReason, err error) (runtime.Response, error) {
+		if r != runtime.FinishCancelled {
+			if rest := stream.Flush(); rest != "" && emit != nil {
+				if e := emit(runtime.Token{ID: -1, Text: rest}); e != nil {
+					r, err = runtime.FinishCancelled, e
+				}
+			}
+		}
+		tm.GenerateDuration = time.Since(first)
+		f.setSlot(best, kv)
+		resp.Text, resp.FinishReason, resp.Timings = stream.Text(), r, tm
+		return resp, err
+	}
+	for step := 0; ; step++ {
+		if step > 0 {
+			if err := sleep(ctx, f.o.TokenDelay); err != nil {
+				return finish(runtime.FinishCancelled, err)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return finish(runtime.FinishCancelled, err)
+		}
+		want := TokenIMEnd
+		if step < len(reply) {
+			want = int32(reply[step])
+		}
+		fillLogits(logits, history, want)
+		t := sampler.Sample(logits, history)
+		tm.GeneratedTokens++
+		if (t == TokenIMEnd || t == TokenEndOfText) && !req.IgnoreEOG {
+			return finish(runtime.FinishStop, nil)
+		}
+		resp.Tokens = append(resp.Tokens, t)
+		history = append(history, t)
+		piece := ""
+		if t < 256 {
+			piece = string([]byte{byte(t)})
+		}
+		visible, stopped := stream.Push(piece)
+		if emit != nil {
+			if err := emit(runtime.Token{ID: t, Text: visible}); err != nil {
+				return finish(runtime.FinishCancelled, err)
+			}
+		}
+		switch {
+		case stopped:
+			return finish(runtime.FinishStop, nil)
+		case req.MaxTokens > 0 && len(resp.Tokens) >= req.MaxTokens:
+			return finish(runtime.FinishLength, nil)
+		case len(kv)+1 > f.o.ContextLength:
+			return finish(runtime.FinishLength, nil)
+		}
+		kv = append(kv, t)
+	}
+}
+
+func (f *Fake) setSlot(i int, kv []int32) {
+	f.mu.Lock()
+	f.slots[i] = append([]int32(nil), kv...)
+	f.mu.Unlock()
+}
+
+func (f *Fake) reply(prompt string) string {
+	if f.o.Reply != nil {
+		return f.o.Reply(prompt)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(prompt))
+	rng := rand.New(rand.NewPCG(h.Sum64(), 1))
+	const letters = "abcdefghijklmnopqrstuvwxyz     "
+	b := make([]byte, defaultReplyLen)
+	for i := range b {
+		b[i] = letters[rng.IntN(len(letters))]
+	}
+	return string(b)
+}
+
+// fillLogits writes pseudo-random logits in [0, 4) derived from the last
+// tokens of the context, with want at 8.
+func fillLogits(logits []float32, history []int32, want int32) {
+	h := fnv.New64a()
+	tail := history[max(0, len(history)-8):]
+	for _, t := range tail {
+		h.Write([]byte{byte(t), byte(t >> 8)})
+	}
+	rng := rand.New(rand.NewPCG(h.Sum64(), uint64(len(history))))
+	for i := range logits {
+		logits[i] = 4 * rng.Float32()
+	}
+	logits[TokenIMStart] = -10
+	logits[want] = 8
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,379 @@
+package goengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+
+	"github.com/ollama/ollama/fs/ggml"
+	"github.com/ollama/ollama/kvcache"
+	"github.com/ollama/ollama/ml"
+	"github.com/ollama/ollama/model"
+	"github.com/ollama/ollama/model/input"
+	"github.com/ollama/ollama/tokenizer"
+
+	// The ggml backend registers itself as "ggml"; the model packages
+	// register the architectures this engine serves.
+	_ "github.com/ollama/ollama/ml/backend/ggml"
+	_ "github.com/ollama/ollama/model/models/qwen2"
+	_ "github.com/ollama/ollama/model/models/qwen3"
+	_ "github.com/ollama/ollama/model/models/qwen3next"
+
+	"github.com/phonellm/phonellm/runtime"
+)
+
+// Architectures lists the general.architecture values this engine runs.
+var Architectures = []string{"qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"}
+
+// Options configure Load. The zero value (plus Path) is usable.
+type Options struct {
+	// Path of the GGUF file.
+	Path string
+	// ID is the model name served; default: file name without ".gguf".
+	ID string
+	// Threads for the CPU backend; 0 means runtime.NumCPU().
+	Threads int
+	// Parallel is the number of slots (concurrent sequences); default 1.
+	Parallel int
+	// ContextLength is the per-slot context; 0 means min(4096, the model's).
+	ContextLength int
+	// BatchSize bounds the tokens evaluated in one forward pass (summed over
+	// all slots); default 512, at most ContextLength.
+	BatchSize int
+	// KVCacheType is "f16" (default), "q8_0" or "q4_0".
+	KVCacheType string
+	// FlashAttention enables the fused attention kernel.
+	FlashAttention bool
+}
+
+// Validate checks o.
+func (o Options) Validate() error {
+	switch {
+	case o.Path == "":
+		return errors.New("goengine: no model path")
+	case o.Threads < 0, o.Parallel < 0, o.ContextLength < 0, o.BatchSize < 0:
+		return fmt.Errorf("goengine: negative threads/parallel/context/batch: %+v", o)
+	case o.Parallel > 64:
+		return fmt.Errorf("goengine: parallel %d above 64", o.Parallel)
+	}
+	switch o.KVCacheType {
+	case "", "f16", "q8_0", "q4_0":
+	default:
+		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0 or q4_0", o.KVCacheType)
+	}
+	return nil
+}
+
+// Engine is a runtime.Engine over Ollama's Go engine.
+type Engine struct {
+	m       model.Model
+	tok     tokenizer.Tokenizer
+	vocab   *tokenizer.Vocabulary
+	cache   kvcache.Cache
+	tmpl    *runtime.ChatTemplate
+	info    runtime.ModelInfo
+	eog     map[int32]bool
+	control []bool
+	numCtx  int
+	batch   int
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	incoming []*sequence
+	closed   bool
+	sem      chan struct{}
+	loopDone chan struct{}
+
+	// Owned by the loop goroutine.
+	slots     []*slot
+	next      int
+	recurrent bool // the cache keeps recurrent state (qwen35): see plan
+}
+
+var _ runtime.Engine = (*Engine)(nil)
+
+// Load reads the GGUF at o.Path, allocates the KV cache and the compute
+// graph, loads the weights and starts the decode loop.
+func Load(ctx context.Context, o Options) (e *Engine, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	kv, err := precheck(o.Path)
+	if err != nil {
+		return nil, err
+	}
+	if o.Threads == 0 {
+		o.Threads = goruntime.NumCPU()
+	}
+	if o.Parallel == 0 {
+		o.Parallel = 1
+	}
+	train := int(kv.ContextLength())
+	if o.ContextLength == 0 {
+		o.ContextLength = 4096
+		if train > 0 && train < o.ContextLength {
+			o.ContextLength = train
+		}
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 512
+	}
+	o.BatchSize = min(o.BatchSize, o.ContextLength)
+	if o.ID == "" {
+		o.ID = strings.TrimSuffix(filepath.Base(o.Path), ".gguf")
+	}
+
+	// ggml reports allocation failures by panicking.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("goengine: load %s: %v", o.Path, r)
+			if e != nil && e.m != nil {
+				e.m.Backend().Close()
+			}
+			e = nil
+		}
+	}()
+
+	fa := ml.FlashAttentionDisabled
+	if o.FlashAttention {
+		fa = ml.FlashAttentionEnabled
+	}
+	m, err := model.New(o.Path, ml.BackendParams{AllocMemory: true, NumThreads: o.Threads, FlashAttention: fa})
+	if err != nil {
+		return nil, fmt.Errorf("goengine: load %s: %w", o.Path, err)
+	}
+	e = &Engine{m: m, numCtx: o.ContextLength, batch: o.BatchSize}
+	tok, ok := m.(tokenizer.Tokenizer)
+	if !ok {
+		m.Backend().Close()
+		return nil, &runtime.UnsupportedError{Path: o.Path, Reason: "model has no tokenizer"}
+	}
+	e.tok = tok
+	e.vocab = tok.Vocabulary()
+	e.cache = m.Config().Cache
+	if e.cache == nil {
+		m.Backend().Close()
+		return nil, &runtime.UnsupportedError{Path: o.Path, Reason: "architecture " + kv.Architecture() + " has no KV cache"}
+	}
+	_, e.recurrent = e.cache.(kvcache.CheckpointCache)
+	e.cache.Init(m.Backend(), kvDType(o.KVCacheType), o.Parallel, o.ContextLength, o.BatchSize)
+	if err := e.reserve(o.BatchSize, o.Parallel); err != nil {
+		e.closeModel()
+		return nil, fmt.Errorf("goengine: reserve prompt graph: %w", err)
+	}
+	if err := e.reserve(1, o.Parallel); err != nil {
+		e.closeModel()
+		return nil, fmt.Errorf("goengine: reserve decode graph: %w", err)
+	}
+	if err := m.Backend().Load(ctx, func(float32) {}); err != nil {
+		e.closeModel()
+		return nil, fmt.Errorf("goengine: load weights of %s: %w", o.Path, err)
+	}
+	if pl, ok := m.(model.PostLoader); ok {
+		if err := pl.PostLoad(); err != nil {
+			e.closeModel()
+			return nil, fmt.Errorf("goengine: finish loading %s: %w", o.Path, err)
+		}
+	}
+
+	e.setupVocab()
+	cfg := m.Backend().Config()
+	src := cfg.String("tokenizer.chat_template")
+	e.tmpl, err = runtime.NewChatTemplate(src, e.tokenText(e.vocab.BOS), e.tokenText(e.vocab.EOS))
+	if err != nil {
+		e.closeModel()
+		return nil, fmt.Errorf("goengine: %s: %w", o.Path, err)
+	}
+	e.info = runtime.ModelInfo{
+		ID: o.ID, Path: o.Path, Architecture: kv.Architecture(), Engine: "goengine",
+		ContextLength: o.ContextLength, TrainContextLength: train, Parallel: o.Parallel,
+		Threads: o.Threads, BatchSize: o.BatchSize, VocabSize: len(e.vocab.Values),
+		HasChatTemplate: src != "",
+	}
+	e.cond = sync.NewCond(&e.mu)
+	e.sem = make(chan struct{}, o.Parallel)
+	e.slots = make([]*slot, o.Parallel)
+	for i := range e.slots {
+		e.slots[i] = &slot{id: i}
+	}
+	e.loopDone = make(chan struct{})
+	go e.loop()
+	return e, nil
+}
+
+// precheck reads the metadata and rejects files this engine cannot run with
+// a clear reason.
+func precheck(path string) (ggml.KV, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("goengine: %w", err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, 64)
+	if err != nil {
+		return nil, fmt.Errorf("goengine: %s: not a readable GGUF: %w", path, err)
+	}
+	kv := g.KV()
+	arch := kv.Architecture()
+	known := false
+	for _, a := range Architectures {
+		known = known || a == arch
+	}
+	if !known {
+		return nil, &runtime.UnsupportedError{Path: path, Reason: fmt.Sprintf("architecture %q", arch),
+			Hint: "supported: " + strings.Join(Architectures, ", ")}
+	}
+	if n := kv.Uint("nextn_predict_layers"); n > 0 {
+		return nil, &runtime.UnsupportedError{Path: path,
+			Reason: fmt.Sprintf("file carries a multi-token-prediction block (%s.nextn_predict_layers=%d) that Ollama's engine cannot load", arch, n),
+			Hint:   "re-convert without the MTP block (phonellm convert, or llama.cpp's converter with --no-mtp)"}
+	}
+	// ggml_ssm_conv asserts (aborting the process) on a non-F32 kernel.
+	for _, ti := range g.Tensors().Items() {
+		if strings.HasSuffix(ti.Name, "ssm_conv1d.weight") && ti.Kind != 0 {
+			return nil, &runtime.UnsupportedError{Path: path,
+				Reason: fmt.Sprintf("tensor %s is %s; the engine needs F32 (as llama.cpp's converter writes it)", ti.Name, ti.Type()),
+				Hint:   "re-convert the model"}
+		}
+	}
+	return kv, nil
+}
+
+func kvDType(s string) ml.DType {
+	switch s {
+	case "q8_0":
+		return ml.DTypeQ80
+	case "q4_0":
+		return ml.DTypeQ40
+	}
+	return ml.DTypeF16
+}
+
+// reserve sizes the compute buffers for the worst-case graph of n tokens,
+// as ollamarunner's reserveWorstCaseGraph does.
+func (e *Engine) reserve(n, parallel int) error {
+	ctx := e.m.Backend().NewContext()
+	defer ctx.Close()
+	toks := make([]int32, n)
+	b := input.Batch{Positions: make([]int32, n), Sequences: make([]int, n)}
+	for i := range b.Positions {
+		b.Positions[i] = int32(i)
+	}
+	b.Inputs = ctx.Input().FromInts(toks, n)
+	b.Outputs = ctx.Input().Empty(ml.DTypeI32, parallel)
+	if err := e.cache.StartForward(ctx, b, true); err != nil {
+		return err
+	}
+	t, err := e.m.Forward(ctx, b)
+	if err != nil {
+		return err
+	}
+	ctx.SetBatchSize(n)
+	ctx.Forward(t).Reserve()
+	return nil
+}
+
+// eogNames are end-of-generation token texts llama.cpp adds to its EOG set
+// (src/llama-vocab.cpp, special_eog_ids).
+var eogNames = map[string]bool{
+	"<|eot_id|>": true, "<|im_end|>": true, "<|end|>": true, "<end_of_turn>": true,
+	"<|endoftext|>": true, "<|eom_id|>": true, "<EOT>": true, "<|end_of_text|>": true,
+}
+
+func (e *Engine) setupVocab() {
+	v := e.vocab
+	e.eog = map[int32]bool{}
+	for _, id := range v.EOS {
+		if id >= 0 && int(id) < len(v.Values) {
+			e.eog[id] = true
+		}
+	}
+	e.control = make([]bool, len(v.Values))
+	for i, t := range v.Types {
+		if i >= len(v.Values) {
+			break
+		}
+		if t == tokenizer.TOKEN_TYPE_CONTROL {
+			e.control[i] = true
+			if eogNames[v.Values[i]] {
+				e.eog[int32(i)] = true
+			}
+		}
+	}
+}
+
+func (e *Engine) tokenText(ids []int32) string {
+	if len(ids) == 0 || ids[0] < 0 || int(ids[0]) >= len(e.vocab.Values) {
+		return ""
+	}
+	return e.vocab.Values[ids[0]]
+}
+
+// Info implements runtime.Engine.
+func (e *Engine) Info() runtime.ModelInfo { return e.info }
+
+// Tokenize implements runtime.Engine.
+func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
+	ids, err := e.tok.Encode(text, addSpecial)
+	if err != nil {
+		return nil, fmt.Errorf("goengine: tokenize: %w", err)
+	}
+	return ids, nil
+}
+
+// Detokenize implements runtime.Engine. Control tokens are rendered as
+// their text.
+func (e *Engine) Detokenize(tokens []int32) (string, error) {
+	for _, t := range tokens {
+		if t < 0 || int(t) >= len(e.vocab.Values) {
+			return "", fmt.Errorf("goengine: detokenize: token %d outside vocabulary of %d", t, len(e.vocab.Values))
+		}
+	}
+	return e.tok.Decode(tokens)
+}
+
+// piece is the visible text of a generated token: control tokens render
+// as nothing (llama-server's default).
+func (e *Engine) piece(t int32) string {
+	if t < 0 || int(t) >= len(e.vocab.Values) || e.control[t] {
+		return ""
+	}
+	s, err := e.tok.Decode([]int32{t})
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// ApplyChatTemplate implements runtime.Engine.
+func (e *Engine) ApplyChatTemplate(messages []runtime.Message, opts runtime.TemplateOptions) (string, error) {
+	return e.tmpl.Render(messages, opts)
+}
+
+// Close implements runtime.Engine: it fails queued and running requests
+// with runtime.ErrClosed, stops the loop and frees the model.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.cond.Broadcast()
+	e.mu.Unlock()
+	<-e.loopDone
+	e.closeModel()
+	return nil
+}
+
+func (e *Engine) closeModel() {
+	if e.cache != nil {
+		e.cache.Close()
+	}
+	e.m.Backend().Close()
+}

@@ -1,0 +1,128 @@
+package goengine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/enginetest"
+)
+
+func TestMain(m *testing.M) {
+	// ggml's loader logs through slog at info level; keep test output short.
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	os.Exit(m.Run())
+}
+
+func load(t *testing.T, spec tinySpec, o Options) *Engine {
+	t.Helper()
+	o.Path = writeTinyGGUF(t, t.TempDir(), spec)
+	if o.Threads == 0 {
+		o.Threads = 1 // ggml's spinning thread pool crawls on a loaded 2-core machine
+	}
+	e, err := Load(context.Background(), o)
+	if err != nil {
+		t.Fatalf("load %s: %v", spec.arch, err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestConformanceQwen3(t *testing.T) {
+	enginetest.Run(t, load(t, tinySpec{arch: "qwen3", seed: 1}, Options{Parallel: 2, ContextLength: 256}), enginetest.Features{})
+}
+
+func TestConformanceQwen2F16(t *testing.T) {
+	enginetest.Run(t, load(t, tinySpec{arch: "qwen2", seed: 2, f16: true}, Options{Parallel: 2, ContextLength: 256}), enginetest.Features{})
+}
+
+func TestConformanceQwen35(t *testing.T) {
+	enginetest.Run(t, load(t, tinySpec{arch: "qwen35", layers: 4, seed: 3}, Options{Parallel: 2, ContextLength: 256}), enginetest.Features{CheckpointPrefixCache: true})
+}
+
+func TestLoadRejects(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		spec tinySpec
+		want string
+	}{
+		{tinySpec{arch: "qwen35", layers: 4, mtp: true}, "multi-token-prediction"},
+		{tinySpec{arch: "qwen35", layers: 4, f16: true, f16Conv: true, seed: 1}, "ssm_conv1d"},
+		{tinySpec{arch: "llama", seed: 2}, `architecture "llama"`},
+	} {
+		path := writeTinyGGUF(t, dir, tc.spec)
+		_, err := Load(context.Background(), Options{Path: path, Threads: 1})
+		var ue *runtime.UnsupportedError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%+v: err %v, want UnsupportedError about %q", tc.spec, err, tc.want)
+		}
+	}
+	if _, err := Load(context.Background(), Options{Path: filepath.Join(dir, "missing.gguf")}); err == nil {
+		t.Fatal("missing file loaded")
+	}
+	garbage := filepath.Join(dir, "garbage.gguf")
+	os.WriteFile(garbage, []byte("GGUF\x03\x00\x00\x00garbage"), 0o644)
+	if _, err := Load(context.Background(), Options{Path: garbage}); err == nil {
+		t.Fatal("garbage loaded")
+	}
+	if _, err := Load(context.Background(), Options{Path: garbage, KVCacheType: "q3"}); err == nil {
+		t.Fatal("bad kv cache type accepted")
+	}
+}
+
+func TestInfoAndTemplate(t *testing.T) {
+	e := load(t, tinySpec{arch: "qwen3", seed: 5}, Options{Parallel: 3})
+	info := e.Info()
+	if info.Architecture != "qwen3" || info.ContextLength != 4096 || info.TrainContextLength != 8192 ||
+		info.Parallel != 3 || info.BatchSize != 512 || !info.HasChatTemplate || info.Engine != "goengine" || info.ID != "tiny-qwen3-5" {
+		t.Fatalf("info %+v", info)
+	}
+	off := false
+	p, err := e.ApplyChatTemplate([]runtime.Message{{Role: "user", Content: "hi"}}, runtime.TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
+	if err != nil || p != "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n" {
+		t.Fatalf("template: %q %v", p, err)
+	}
+	ids, _ := e.Tokenize(p, true)
+	if ids[0] != int32(info.VocabSize-4) { // <|im_start|>
+		t.Fatalf("first token %d", ids[0])
+	}
+	// <|im_end|> is a control token: never rendered, and it ends generation.
+	if e.piece(int32(info.VocabSize-3)) != "" || !e.eog[int32(info.VocabSize-3)] || !e.eog[int32(info.VocabSize-5)] {
+		t.Fatal("control/EOG tokens")
+	}
+}
+
+func TestCloseFailsRunningAndLaterRequests(t *testing.T) {
+	e := load(t, tinySpec{arch: "qwen3", seed: 41}, Options{ContextLength: 4096})
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		n := 0
+		_, err := e.Generate(context.Background(), runtime.Request{Prompt: "go", IgnoreEOG: true}, func(runtime.Token) error {
+			if n++; n == 1 {
+				close(started)
+			}
+			return nil
+		})
+		done <- err
+	}()
+	<-started
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, runtime.ErrClosed) {
+		t.Fatalf("running request: %v, want ErrClosed", err)
+	}
+	if _, err := e.Generate(context.Background(), runtime.Request{Prompt: "x"}, nil); !errors.Is(err, runtime.ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

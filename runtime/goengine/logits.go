@@ -1,0 +1,108 @@
+package goengine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/phonellm/phonellm/runtime"
+)
+
+// maxLogitChunk bounds the logits of one forward pass of Logits (floats): for Qwen's 151,936-token vocabulary
+// that is 55 positions and 32 MiB per pass; small vocabularies use the engine's batch size.
+const maxLogitChunk = 8 << 20
+
+// forwardMu serialises the forward passes of Logits across engines: two engines of one process computing
+// at the same time corrupt each other's results (seen as NaN logits and a model disagreeing with itself when a
+// reference and a candidate ran in lock-step), so a process comparing two models computes one pass at a time.
+var forwardMu sync.Mutex
+
+// Logits evaluates tokens from an empty context and calls fn in position order with the full-vocabulary raw
+// logits after each position (row i predicts token i+1), for quality checks such as KL divergence against a
+// reference model. It evaluates in forward passes of at most the engine's batch size (fewer for a large
+// vocabulary, see maxLogitChunk) and keeps only one pass's logits; the row passed to fn is valid only during
+// the call. An error from fn stops the evaluation and is returned.
+//
+// Logits takes the engine for itself: it waits until every slot is free (holding off new Generate calls
+// until it returns), evaluates on slot 0 and leaves that slot's cache empty. It must not run concurrently
+// with Close.
+func (e *Engine) Logits(ctx context.Context, tokens []int32, fn func(pos int, logits []float32) error) error {
+	if len(tokens) == 0 {
+		return runtime.ErrEmptyPrompt
+	}
+	if len(tokens) > e.numCtx {
+		return &runtime.ContextLengthError{PromptTokens: len(tokens), ContextLength: e.numCtx}
+	}
+	vocab := len(e.vocab.Values)
+	for i, t := range tokens {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("goengine: logits: token %d at %d outside vocabulary of %d", t, i, vocab)
+		}
+	}
+
+	// Every running sequence holds a semaphore token until its Generate has returned, which happens after
+	// the loop finished with it; holding them all leaves the model, the cache and the slots to us.
+	held := 0
+	defer func() {
+		for range held {
+			<-e.sem
+		}
+	}()
+	for held < cap(e.sem) {
+		select {
+		case e.sem <- struct{}{}:
+			held++
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return runtime.ErrClosed
+	}
+
+	sl := e.slots[0]
+	// The slot's cache is overwritten: forget what it held, whatever happens below.
+	sl.tokens = nil
+	if err := e.cache.Remove(sl.id, 0, math.MaxInt32); err != nil {
+		return fmt.Errorf("goengine: logits: clear slot %d: %w", sl.id, err)
+	}
+	chunk := max(1, min(e.batch, maxLogitChunk/max(vocab, 1)))
+	toks := make([]int32, 0, chunk)
+	pos := make([]int32, 0, chunk)
+	seqs := make([]int, 0, chunk)
+	outs := make([]int32, 0, chunk)
+	for start := 0; start < len(tokens); start += chunk {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(chunk, len(tokens)-start)
+		toks, pos, seqs, outs = toks[:0], pos[:0], seqs[:0], outs[:0]
+		for i := range n {
+			toks = append(toks, tokens[start+i])
+			pos = append(pos, int32(start+i))
+			seqs = append(seqs, sl.id)
+			outs = append(outs, int32(i))
+		}
+		forwardMu.Lock()
+		logits, err := e.forward(toks, pos, seqs, outs)
+		forwardMu.Unlock()
+		if err != nil {
+			_ = e.cache.Remove(sl.id, 0, math.MaxInt32)
+			return fmt.Errorf("goengine: logits at positions %d-%d: %w", start, start+n, err)
+		}
+		width := len(logits) / n
+		if width < vocab || width*n != len(logits) {
+			return fmt.Errorf("goengine: logits: forward pass gave %d floats for %d positions and a %d-token vocabulary", len(logits), n, vocab)
+		}
+		for i := range n {
+			if err := fn(start+i, logits[i*width:][:vocab]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,461 @@
+package goengine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ollama/ollama/kvcache"
+	"github.com/ollama/ollama/model"
+	"github.com/ollama/ollama/model/input"
+
+	"github.com/phonellm/phonellm/runtime"
+)
+
+// slot is one KV-cache sequence. tokens are the inputs whose keys and
+// values are in the cache, in position order.
+type slot struct {
+	id       int
+	tokens   []int32
+	seq      *sequence
+	lastUsed time.Time
+}
+
+// sequence is one request inside the decode loop.
+type sequence struct {
+	req     runtime.Request
+	prompt  []int32
+	sampler *runtime.Sampler
+	stream  *runtime.TextStream
+
+	// Loop-owned state.
+	slot      *slot
+	pending   []int32 // inputs still to evaluate
+	cuts      []int   // slot lengths at which a prompt chunk must end (recurrent cache)
+	history   []int32 // prompt and generated tokens, for the penalties
+	generated []int32
+	admitted  time.Time
+	firstOut  time.Time
+	timings   runtime.Timings
+
+	cancel atomic.Bool
+
+	// Output, guarded by mu; notify has capacity 1.
+	mu       sync.Mutex
+	out      []runtime.Token
+	done     bool
+	reason   runtime.FinishReason
+	err      error
+	notify   chan struct{}
+	enqueued time.Time
+}
+
+func (s *sequence) push(t runtime.Token) {
+	s.mu.Lock()
+	s.out = append(s.out, t)
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *sequence) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Generate implements runtime.Engine.
+func (e *Engine) Generate(ctx context.Context, req runtime.Request, emit func(runtime.Token) error) (runtime.Response, error) {
+	if err := req.Sampling.Validate(); err != nil {
+		return runtime.Response{}, fmt.Errorf("goengine: sampling: %w", err)
+	}
+	prompt := req.Tokens
+	if prompt == nil {
+		var err error
+		if prompt, err = e.Tokenize(req.Prompt, req.AddSpecial); err != nil {
+			return runtime.Response{}, err
+		}
+	}
+	if len(prompt) == 0 {
+		return runtime.Response{}, runtime.ErrEmptyPrompt
+	}
+	for _, t := range prompt {
+		if t < 0 || int(t) >= len(e.vocab.Values) {
+			return runtime.Response{}, fmt.Errorf("goengine: prompt token %d outside vocabulary of %d", t, len(e.vocab.Values))
+		}
+	}
+	if len(prompt) >= e.numCtx {
+		return runtime.Response{}, &runtime.ContextLengthError{PromptTokens: len(prompt), ContextLength: e.numCtx}
+	}
+	s := &sequence{
+		req: req, prompt: prompt,
+		sampler:  runtime.NewSampler(req.Sampling),
+		stream:   runtime.NewTextStream(req.Stop),
+		notify:   make(chan struct{}, 1),
+		enqueued: time.Now(),
+	}
+
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return runtime.Response{FinishReason: runtime.FinishCancelled}, ctx.Err()
+	}
+	defer func() { <-e.sem }()
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return runtime.Response{}, runtime.ErrClosed
+	}
+	e.incoming = append(e.incoming, s)
+	e.cond.Broadcast()
+	e.mu.Unlock()
+
+	var emitErr error
+	cancelled := false
+	for {
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			if !cancelled {
+				cancelled = true
+				e.stop(s)
+			}
+			<-s.notify
+		}
+		s.mu.Lock()
+		out := s.out
+		s.out = nil
+		done := s.done
+		s.mu.Unlock()
+		for _, t := range out {
+			if !cancelled && ctx.Err() != nil {
+				cancelled = true
+				e.stop(s)
+			}
+			if emit != nil && emitErr == nil && !cancelled {
+				if emitErr = emit(t); emitErr != nil {
+					cancelled = true
+					e.stop(s)
+				}
+			}
+		}
+		if done {
+			break
+		}
+	}
+	resp := runtime.Response{Text: s.stream.Text(), Tokens: s.generated, FinishReason: s.reason, Timings: s.timings}
+	switch {
+	case emitErr != nil:
+		resp.FinishReason = runtime.FinishCancelled
+		return resp, emitErr
+	case s.err != nil:
+		return resp, s.err
+	case ctx.Err() != nil && s.reason == runtime.FinishCancelled:
+		return resp, ctx.Err()
+	}
+	return resp, nil
+}
+
+// stop asks the loop to drop s at its next step.
+func (e *Engine) stop(s *sequence) {
+	s.cancel.Store(true)
+	e.mu.Lock()
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+// loop is the single goroutine that owns the model, the KV cache and the
+// slots: it admits new sequences, builds one batch over every active slot
+// (prompt chunks and single decode tokens, at most e.batch tokens), runs
+// the forward pass and samples.
+func (e *Engine) loop() {
+	defer close(e.loopDone)
+	for {
+		e.mu.Lock()
+		for len(e.incoming) == 0 && !e.anyActive() && !e.closed {
+			e.cond.Wait()
+		}
+		if e.closed {
+			in := e.incoming
+			e.incoming = nil
+			e.mu.Unlock()
+			for _, s := range in {
+				e.finish(s, runtime.FinishCancelled, runtime.ErrClosed)
+			}
+			for _, sl := range e.slots {
+				if sl.seq != nil {
+					e.finish(sl.seq, runtime.FinishCancelled, runtime.ErrClosed)
+				}
+			}
+			return
+		}
+		in := e.incoming
+		e.incoming = nil
+		e.mu.Unlock()
+
+		for _, s := range in {
+			e.admit(s)
+		}
+		for _, sl := range e.slots {
+			if sl.seq != nil && sl.seq.cancel.Load() {
+				e.finish(sl.seq, runtime.FinishCancelled, nil)
+			}
+		}
+		if e.anyActive() {
+			e.step()
+		}
+	}
+}
+
+func (e *Engine) anyActive() bool {
+	for _, sl := range e.slots {
+		if sl.seq != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// admit gives s the free slot holding the longest prefix of its prompt and
+// drops the rest of that slot's cache (ollamarunner's LoadCacheSlot).
+func (e *Engine) admit(s *sequence) {
+	var best *slot
+	bestN := -1
+	for _, sl := range e.slots {
+		if sl.seq != nil {
+			continue
+		}
+		n := commonPrefix(sl.tokens, s.prompt)
+		if n > bestN || (n == bestN && sl.lastUsed.Before(best.lastUsed)) {
+			best, bestN = sl, n
+		}
+	}
+	if best == nil { // cannot happen: the semaphore bounds active sequences
+		e.finish(s, runtime.FinishCancelled, fmt.Errorf("goengine: no free slot"))
+		return
+	}
+	n := int32(bestN)
+	if s.req.NoCache {
+		n = 0
+	}
+	if int(n) == len(s.prompt) {
+		n-- // evaluate at least one token to get logits
+	}
+	if n > 0 {
+		if cc, ok := e.cache.(kvcache.CheckpointCache); ok {
+			if restored, ok := cc.PrepareRestore(best.id, n); ok {
+				n = restored
+			} else {
+				n = 0
+			}
+		} else if !e.cache.CanResume(best.id, n) {
+			n = 0
+		}
+	}
+	if err := e.cache.Remove(best.id, n, math.MaxInt32); err != nil {
+		n = 0
+		if err := e.cache.Remove(best.id, 0, math.MaxInt32); err != nil {
+			best.tokens = nil
+			e.finish(s, runtime.FinishCancelled, fmt.Errorf("goengine: clear slot %d: %w", best.id, err))
+			return
+		}
+	}
+	if e.recurrent {
+		// A recurrent cache can resume only where a batch ended (Ollama's
+		// checkpoints, kvcache/recurrent_checkpoints.go). End a chunk where
+		// this prompt left the slot's previous one (the next prompt likely
+		// shares that prefix too) and before the last prompt token (so a
+		// repeated prompt resumes), as llama-server does for hybrid models.
+		if bestN > int(n) && bestN < len(s.prompt)-1 {
+			s.cuts = append(s.cuts, bestN)
+		}
+		s.cuts = append(s.cuts, len(s.prompt)-1)
+	}
+	best.tokens = append(best.tokens[:0], s.prompt[:n]...)
+	best.seq = s
+	best.lastUsed = time.Now()
+	s.slot = best
+	s.pending = s.prompt[n:]
+	s.history = append([]int32(nil), s.prompt...)
+	s.admitted = time.Now()
+	s.timings = runtime.Timings{PromptTokens: len(s.prompt), CachedTokens: int(n), QueueDuration: s.admitted.Sub(s.enqueued)}
+}
+
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// finish ends s: flushes held-back text, records the reason and frees its
+// slot (the slot keeps its cached tokens for the next prompt).
+func (e *Engine) finish(s *sequence, reason runtime.FinishReason, err error) {
+	if reason != runtime.FinishCancelled {
+		if rest := s.stream.Flush(); rest != "" {
+			s.push(runtime.Token{ID: -1, Text: rest})
+		}
+	}
+	if s.slot != nil {
+		s.slot.seq = nil
+		s.slot.lastUsed = time.Now()
+	}
+	if !s.firstOut.IsZero() {
+		s.timings.GenerateDuration = time.Since(s.firstOut)
+	} else if !s.admitted.IsZero() {
+		s.timings.PromptDuration = time.Since(s.admitted)
+	}
+	s.mu.Lock()
+	s.done, s.reason, s.err = true, reason, err
+	s.mu.Unlock()
+	s.wake()
+}
+
+// plan picks how many pending inputs of which sequences go into the next
+// batch: all active slots, starting one further each step, at most e.batch
+// tokens in all. Ollama's qwen3next graph only takes single-sequence batches
+// with a recurrent cache (Ollama's scheduler runs those models with one
+// slot), so there one sequence's chunk or decode token goes per batch, in
+// turn.
+func (e *Engine) plan() []batchEntry {
+	start := e.next
+	e.next = (e.next + 1) % len(e.slots)
+	var out []batchEntry
+	room := e.batch
+	for i := range e.slots {
+		s := e.slots[(start+i)%len(e.slots)].seq
+		if s == nil || len(s.pending) == 0 {
+			continue
+		}
+		if room <= 0 {
+			break
+		}
+		n := min(len(s.pending), room)
+		at := len(s.slot.tokens)
+		for _, c := range s.cuts {
+			if c > at && c < at+n {
+				n = c - at
+				break
+			}
+		}
+		out = append(out, batchEntry{seq: s, n: n})
+		room -= n
+		if e.recurrent {
+			break
+		}
+	}
+	return out
+}
+
+type batchEntry struct {
+	seq    *sequence
+	n      int // inputs taken from seq.pending
+	output int // row in the logits, or -1
+}
+
+// step runs one forward pass over the active slots.
+func (e *Engine) step() {
+	var toks, pos, outputs []int32
+	var seqs []int
+	var entries []batchEntry
+	for _, pl := range e.plan() {
+		s, sl := pl.seq, pl.seq.slot
+		for i := range pl.n {
+			toks = append(toks, s.pending[i])
+			pos = append(pos, int32(len(sl.tokens)+i))
+			seqs = append(seqs, sl.id)
+		}
+		ent := batchEntry{seq: s, n: pl.n, output: -1}
+		if pl.n == len(s.pending) {
+			ent.output = len(outputs)
+			outputs = append(outputs, int32(len(toks)-1))
+		}
+		entries = append(entries, ent)
+	}
+	if len(toks) == 0 {
+		return
+	}
+	logits, err := e.forward(toks, pos, seqs, outputs)
+	if err != nil {
+		for _, ent := range entries {
+			// The cache state of these slots is unknown now: drop it.
+			_ = e.cache.Remove(ent.seq.slot.id, 0, math.MaxInt32)
+			ent.seq.slot.tokens = nil
+			e.finish(ent.seq, runtime.FinishCancelled, err)
+		}
+		return
+	}
+	vocab := len(logits) / max(len(outputs), 1)
+	now := time.Now()
+	for _, ent := range entries {
+		s := ent.seq
+		s.slot.tokens = append(s.slot.tokens, s.pending[:ent.n]...)
+		s.pending = s.pending[ent.n:]
+		if ent.output < 0 {
+			continue
+		}
+		if s.firstOut.IsZero() {
+			s.firstOut = now
+			s.timings.PromptDuration = now.Sub(s.admitted)
+		}
+		row := logits[ent.output*vocab : (ent.output+1)*vocab]
+		if len(row) > len(e.vocab.Values) {
+			row = row[:len(e.vocab.Values)] // padded output rows
+		}
+		e.sampleNext(s, row)
+	}
+}
+
+// sampleNext samples the next token of s and decides whether s goes on.
+func (e *Engine) sampleNext(s *sequence, logits []float32) {
+	t := s.sampler.Sample(logits, s.history)
+	s.timings.GeneratedTokens++
+	s.timings.GenerateDuration = time.Since(s.firstOut)
+	if e.eog[t] && !s.req.IgnoreEOG {
+		e.finish(s, runtime.FinishStop, nil)
+		return
+	}
+	s.generated = append(s.generated, t)
+	s.history = append(s.history, t)
+	visible, stopped := s.stream.Push(e.piece(t))
+	s.push(runtime.Token{ID: t, Text: visible})
+	switch {
+	case stopped:
+		e.finish(s, runtime.FinishStop, nil)
+	case s.req.MaxTokens > 0 && len(s.generated) >= s.req.MaxTokens:
+		e.finish(s, runtime.FinishLength, nil)
+	case len(s.slot.tokens)+1 > e.numCtx:
+		e.finish(s, runtime.FinishLength, nil)
+	default:
+		s.pending = []int32{t}
+	}
+}
+
+// forward evaluates one batch and returns the logits of the output rows.
+func (e *Engine) forward(toks, pos []int32, seqs []int, outputs []int32) (logits []float32, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("goengine: forward pass: %v", r)
+		}
+	}()
+	ctx := e.m.Backend().NewContext()
+	defer ctx.Close()
+	b := input.Batch{
+		Inputs:    ctx.Input().FromInts(toks, len(toks)),
+		Outputs:   ctx.Input().FromInts(outputs, len(outputs)),
+		Positions: pos,
+		Sequences: seqs,
+	}
+	ctx.SetBatchSize(len(toks))
+	out, err := model.Forward(ctx, e.m, b)
+	if err != nil {
+		return nil, fmt.Errorf("goengine: build graph: %w", err)
+	}
+	ctx.Compute(out)
+	return out.Floats(), nil
+}
