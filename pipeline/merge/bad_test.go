@@ -40,6 +40,9 @@ func TestBadInput(t *testing.T) {
 		"quantization_config": map[string]any{"quant_method": "bitsandbytes", "load_in_4bit": true}})
 	gguf := filepath.Join(dir, "model.gguf")
 	os.WriteFile(gguf, []byte("GGUF\x03\x00\x00\x00"), 0o644)
+	ggufDir := filepath.Join(dir, "gguf-folder")
+	os.MkdirAll(ggufDir, 0o755)
+	os.WriteFile(filepath.Join(ggufDir, "Qwen3-Q4_K_M.gguf"), []byte("GGUF\x03\x00\x00\x00"), 0o644)
 
 	cases := []struct {
 		name  string
@@ -106,6 +109,9 @@ func TestBadInput(t *testing.T) {
 		{"gguf-base", gguf, func(d string) string {
 			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), pair(4, 256, 512))
 		}, []string{"GGUF", "16-bit"}, &UnsupportedError{}},
+		{"gguf-folder-base", ggufDir, func(d string) string {
+			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), pair(4, 256, 512))
+		}, []string{"GGUF", "Qwen3-Q4_K_M.gguf", "16-bit"}, &UnsupportedError{}},
 		{"fused-expert-lora", base, func(d string) string {
 			c := loraConfig(4, 16, []string{"q_proj"})
 			c["target_parameters"] = []string{"experts.gate_up_proj"}

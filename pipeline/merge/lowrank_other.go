@@ -9,3 +9,6 @@ func lowRank4Vec(x, u, v []float64, n, cols, r int) int { return 0 }
 func encodeBF16Vec(dst []byte, x []float64) int { return 0 }
 
 func decodeBF16Vec(dst []float64, b []byte) int { return 0 }
+
+// haveAVX2FMA is false off amd64: every path is the portable Go one.
+var haveAVX2FMA = false

@@ -251,6 +251,11 @@ func checkBasePath(base string) error {
 		return fmt.Errorf("merge: base: %w", err)
 	}
 	if fi.IsDir() {
+		if _, err := os.Stat(filepath.Join(base, "config.json")); err != nil {
+			if ggufs, _ := filepath.Glob(filepath.Join(base, "*.gguf")); len(ggufs) > 0 {
+				return unsupported(base, "the folder holds GGUF files (%s) but no Hugging Face checkpoint: merging into converted (usually quantized) weights bakes their rounding into the result; merge into the 16-bit Hugging Face checkpoint the adapter was trained from", filepath.Base(ggufs[0]))
+			}
+		}
 		return nil
 	}
 	f, err := os.Open(base)
