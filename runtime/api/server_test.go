@@ -353,7 +353,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestParallelQueueAndBackPressure(t *testing.T) {
-	ts, _, _ := newServer(t, enginetest.Options{Parallel: 2, TokenDelay: 5 * time.Millisecond},
+	// 48 tokens at 20 ms: each request holds its slot about a second, so
+	// the full state below is observable even on a loaded machine.
+	ts, _, _ := newServer(t, enginetest.Options{Parallel: 2, TokenDelay: 20 * time.Millisecond},
 		Options{QueueSize: 2, RetryAfter: 3 * time.Second})
 	u := ts.URL + "/v1/chat/completions"
 	// 4 = parallel + queue: all succeed.

@@ -100,11 +100,16 @@ func Compare(ctx context.Context, e runtime.Engine, o CompareOptions) (CompareRe
 	}
 	in, _ := json.Marshal(map[string]any{"dir": o.OracleDir, "model": info.Path, "threads": o.Threads,
 		"context": o.PromptTokens + o.GenerateTokens + 1, "batch": batch, "flash_attention": o.FlashAttention, "prompt": toks, "generate": o.GenerateTokens})
-	script := filepath.Join(os.TempDir(), "phonellm-llamacpp-bench.mjs")
-	if err := os.WriteFile(script, llamacppScript, 0o644); err != nil {
+	f, err := os.CreateTemp("", "phonellm-llamacpp-*.mjs")
+	if err != nil {
 		return CompareResult{}, fmt.Errorf("bench: compare: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, o.Node, script)
+	defer os.Remove(f.Name())
+	_, werr := f.Write(llamacppScript)
+	if cerr := f.Close(); werr != nil || cerr != nil {
+		return CompareResult{}, fmt.Errorf("bench: compare: write script: %v", errors.Join(werr, cerr))
+	}
+	cmd := exec.CommandContext(ctx, o.Node, f.Name())
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

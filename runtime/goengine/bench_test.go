@@ -68,7 +68,8 @@ func TestBenchOnTinyModel(t *testing.T) {
 
 // BenchmarkEngine runs bench.Run (PHONELLM_BENCH_THREADS threads, default
 // 2; PHONELLM_BENCH_SKIP lists bench parts to leave out;
-// PHONELLM_BENCH_FLASH_ATTENTION=1 turns it on) on PHONELLM_BENCH_GGUF, or on a random
+// PHONELLM_BENCH_FLASH_ATTENTION=1 turns it on, PHONELLM_BENCH_BATCH sets the
+// batch size) on PHONELLM_BENCH_GGUF, or on a random
 // qwen3 of 93 M parameters (the reference's test shape: 1024 wide, 8
 // layers, 16/8 heads, ffn 2816; F16) written to a temp dir.
 //
@@ -84,7 +85,8 @@ func BenchmarkEngine(b *testing.B) {
 		threads = n
 	}
 	fa := os.Getenv("PHONELLM_BENCH_FLASH_ATTENTION") == "1"
-	e, err := Load(context.Background(), Options{Path: path, Threads: threads, Parallel: 2, ContextLength: 8192, FlashAttention: fa})
+	batch, _ := strconv.Atoi(os.Getenv("PHONELLM_BENCH_BATCH"))
+	e, err := Load(context.Background(), Options{Path: path, Threads: threads, Parallel: 2, ContextLength: 8192, FlashAttention: fa, BatchSize: batch})
 	if err != nil {
 		b.Fatal(err)
 	}

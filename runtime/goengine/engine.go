@@ -139,6 +139,8 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 	}()
 
+	ggmlMu.Lock()
+	defer ggmlMu.Unlock()
 	fa := ml.FlashAttentionDisabled
 	if o.FlashAttention {
 		fa = ml.FlashAttentionEnabled
@@ -367,6 +369,8 @@ func (e *Engine) Close() error {
 	e.cond.Broadcast()
 	e.mu.Unlock()
 	<-e.loopDone
+	ggmlMu.Lock()
+	defer ggmlMu.Unlock()
 	e.closeModel()
 	return nil
 }

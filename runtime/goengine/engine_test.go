@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/phonellm/phonellm/runtime"
@@ -124,5 +126,70 @@ func TestCloseFailsRunningAndLaterRequests(t *testing.T) {
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBorrowPrefixFromBusySlot: a prompt sharing a long block with a request
+// still generating in another slot reuses that slot's cells, and its output
+// equals an uncached run on a separate engine.
+func TestBorrowPrefixFromBusySlot(t *testing.T) {
+	e := load(t, tinySpec{arch: "qwen3", seed: 71}, Options{Parallel: 2, ContextLength: 4096})
+	ref, err := Load(context.Background(), Options{Path: e.Info().Path, Threads: 1, ContextLength: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	shared, _ := e.Tokenize(strings.Repeat("Review the transaction for fraud. ", 40), false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{})
+	go e.Generate(ctx, runtime.Request{Tokens: append(slices.Clone(shared), 65), IgnoreEOG: true}, func(runtime.Token) error {
+		select {
+		case <-started:
+		default:
+			close(started)
+		}
+		return nil
+	})
+	<-started
+	req := runtime.Request{Tokens: append(slices.Clone(shared), 66, 67), MaxTokens: 8}
+	got, err := e.Generate(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.NoCache = true
+	want, err := ref.Generate(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Timings.CachedTokens != len(shared) || !slices.Equal(got.Tokens, want.Tokens) {
+		t.Fatalf("cached %d (want %d), tokens %v, uncached %v", got.Timings.CachedTokens, len(shared), got.Tokens, want.Tokens)
+	}
+}
+
+// TestTwoEnginesInOneProcess: two engines generating at the same time give
+// the results each gives alone (ggml work is serialized across engines).
+func TestTwoEnginesInOneProcess(t *testing.T) {
+	a := load(t, tinySpec{arch: "qwen3", seed: 71}, Options{ContextLength: 4096})
+	b, err := Load(context.Background(), Options{Path: a.Info().Path, Threads: 1, ContextLength: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	shared, _ := a.Tokenize(strings.Repeat("Review the transaction for fraud. ", 40), false)
+	req := runtime.Request{Tokens: shared, MaxTokens: 6, NoCache: true}
+	want, err := a.Generate(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		var ra, rb runtime.Response
+		var wg sync.WaitGroup
+		wg.Go(func() { ra, _ = a.Generate(context.Background(), req, nil) })
+		wg.Go(func() { rb, _ = b.Generate(context.Background(), req, nil) })
+		wg.Wait()
+		if !slices.Equal(ra.Tokens, want.Tokens) || !slices.Equal(rb.Tokens, want.Tokens) {
+			t.Fatalf("concurrent engines: %v and %v, alone %v", ra.Tokens, rb.Tokens, want.Tokens)
+		}
 	}
 }

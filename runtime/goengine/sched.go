@@ -15,6 +15,13 @@ import (
 	"github.com/phonellm/phonellm/runtime"
 )
 
+// ggmlMu serializes all work on ggml (loading, cache operations, forward
+// passes) across the Engines of a process: ggml's CPU backend as Ollama
+// builds it shares state between backends, and two models computing at once
+// corrupt each other's results (Ollama runs one model per runner process).
+// An Engine batches its own sequences, so this costs nothing with one Engine.
+var ggmlMu sync.Mutex
+
 // slot is one KV-cache sequence. tokens are the inputs whose keys and
 // values are in the cache, in position order.
 type slot struct {
@@ -197,6 +204,7 @@ func (e *Engine) loop() {
 		e.incoming = nil
 		e.mu.Unlock()
 
+		ggmlMu.Lock()
 		for _, s := range in {
 			e.admit(s)
 		}
@@ -208,6 +216,7 @@ func (e *Engine) loop() {
 		if e.anyActive() {
 			e.step()
 		}
+		ggmlMu.Unlock()
 	}
 }
 
@@ -237,6 +246,9 @@ func (e *Engine) admit(s *sequence) {
 	if best == nil { // cannot happen: the semaphore bounds active sequences
 		e.finish(s, runtime.FinishCancelled, fmt.Errorf("goengine: no free slot"))
 		return
+	}
+	if !e.recurrent && !s.req.NoCache {
+		best, bestN = e.borrow(s, best, bestN)
 	}
 	n := int32(bestN)
 	if s.req.NoCache {
@@ -283,6 +295,34 @@ func (e *Engine) admit(s *sequence) {
 	s.history = append([]int32(nil), s.prompt...)
 	s.admitted = time.Now()
 	s.timings = runtime.Timings{PromptTokens: len(s.prompt), CachedTokens: int(n), QueueDuration: s.admitted.Sub(s.enqueued)}
+}
+
+// borrow gives s a longer prompt prefix held by another slot, busy or not
+// (Ollama's multi-user cache): the causal cache shares the cells
+// (kvcache.Causal.CopyPrefix), so a prompt block common to all clients is
+// evaluated once rather than once per slot. The copy goes to the least
+// recently used free slot. It returns the slot to use and its prefix length.
+func (e *Engine) borrow(s *sequence, best *slot, bestN int) (*slot, int) {
+	var src *slot
+	m := bestN
+	for _, sl := range e.slots {
+		if k := commonPrefix(sl.tokens, s.prompt); k > m {
+			src, m = sl, k
+		}
+	}
+	m = min(m, len(s.prompt)-1)
+	if src == nil || src == best || m <= bestN || !e.cache.CanResume(src.id, int32(m)) {
+		return best, bestN
+	}
+	dst := best
+	for _, sl := range e.slots {
+		if sl.seq == nil && sl.lastUsed.Before(dst.lastUsed) {
+			dst = sl
+		}
+	}
+	e.cache.CopyPrefix(src.id, dst.id, int32(m))
+	dst.tokens = append(dst.tokens[:0], s.prompt[:m]...)
+	return dst, m
 }
 
 func commonPrefix(a, b []int32) int {
