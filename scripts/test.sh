@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 export CI="${CI:-}"
+# Tests that need an oracle (node-llama-cpp, npm clients) fail instead of skipping when it is missing.
+export PHONELLM_REQUIRE_ORACLE=1
 
 bash scripts/setup.sh
 
