@@ -27,6 +27,8 @@ func newBenchCmd(a *app) *cobra.Command {
 	var ef engineFlags
 	var o bench.Options
 	var skip []string
+	var vs bool
+	var vsPrompt, vsGen int
 	cmd := &cobra.Command{
 		Use:   "bench [MODEL.gguf | hf://…]",
 		Short: "Measure prompt and generation speed, concurrency, fleet throughput and the prefix cache",
@@ -60,6 +62,19 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 				return err
 			}
 			defer eng.Close()
+			if vs {
+				cr, err := bench.Compare(a.ctx, eng, bench.CompareOptions{OracleDir: getenv("PHONELLM_ORACLE_DIR", ""),
+					Threads: eng.Info().Threads, FlashAttention: ef.flashAttn, PromptTokens: vsPrompt, GenerateTokens: vsGen})
+				if err != nil {
+					return err
+				}
+				return a.io.Result(cr, func(w io.Writer) {
+					fmt.Fprintf(w, "%s, %d threads, prompt %d / generate %d tokens\n", cr.Model, cr.Threads, cr.PromptTokens, cr.GenerateTokens)
+					fmt.Fprintf(w, "  phonellm   prompt %8.1f tok/s   generate %7.1f tok/s\n", cr.EnginePromptPerSec, cr.EngineGeneratePerSec)
+					fmt.Fprintf(w, "  llama.cpp  prompt %8.1f tok/s   generate %7.1f tok/s\n", cr.LlamaCppPromptPerSec, cr.LlamaCppGeneratePerSec)
+					fmt.Fprintf(w, "  ratio      prompt %8.2f×        generate %7.2f×   same greedy tokens: %v\n", cr.PromptRatio, cr.GenerateRatio, cr.SameTokens)
+				})
+			}
 			res, err := bench.Run(a.ctx, eng, o, func(s string) { a.io.Printf("%s\n", s) })
 			if err != nil {
 				return err
@@ -74,6 +89,9 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 	f.IntSliceVar(&o.Concurrency, "concurrency", nil, "concurrency levels (default 1 and --parallel)")
 	f.IntVar(&o.Repeats, "repeats", 0, "repeats per measurement; the median is reported (default 1)")
 	f.StringSliceVar(&skip, "skip", nil, "parts to skip: prompt, generate, concurrency, fleet, prefix")
+	f.BoolVar(&vs, "vs-llamacpp", false, "time upstream llama.cpp (node-llama-cpp, scripts/setup-oracle.sh) on the same file, threads and prompt, and report ratios")
+	f.IntVar(&vsPrompt, "vs-prompt", 512, "with --vs-llamacpp: prompt tokens")
+	f.IntVar(&vsGen, "vs-gen", 64, "with --vs-llamacpp: generated tokens")
 	cmd.AddCommand(newBenchQuantizeCmd(a))
 	return cmd
 }

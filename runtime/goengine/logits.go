@@ -13,9 +13,12 @@ import (
 // that is 55 positions and 32 MiB per pass; small vocabularies use the engine's batch size.
 const maxLogitChunk = 8 << 20
 
-// forwardMu serialises the forward passes of Logits across engines: two engines of one process computing
-// at the same time corrupt each other's results (seen as NaN logits and a model disagreeing with itself when a
-// reference and a candidate ran in lock-step), so a process comparing two models computes one pass at a time.
+// forwardMu serialises the forward passes of Logits across engines. Ollama's ggml backend creates one
+// ggml_backend_t per device for the whole process (ml/backend/ggml/ggml.go, the package-level backends map
+// filled by initDevices), so every model shares the CPU backend and its work buffer: two engines computing at
+// the same time corrupt each other's results (seen as NaN logits, and an F32 model disagreeing with itself,
+// when a reference and a candidate ran in lock-step). A process comparing two models therefore computes one
+// pass at a time.
 var forwardMu sync.Mutex
 
 // Logits evaluates tokens from an empty context and calls fn in position order with the full-vocabulary raw

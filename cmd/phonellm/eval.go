@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/phonellm/phonellm/pipeline/eval"
+	"github.com/phonellm/phonellm/pipeline/workspace"
+	"github.com/phonellm/phonellm/runtime/goengine"
+	"github.com/spf13/cobra"
+)
+
+func init() { register("run", newEvalCmd) }
+
+func newEvalCmd(a *app) *cobra.Command {
+	var o eval.Options
+	var endpoint, vs, model, vsModel, keyEnv, vsKeyEnv string
+	var ctxLen, threads int
+	cmd := &cobra.Command{
+		Use:   "eval [--reference F16.gguf --candidate Q4_K_M.gguf --prompts FILE] [--dataset TASK.jsonl --endpoint URL [--vs URL]]",
+		Short: "Quality gate: KL divergence vs the reference model, and task accuracy/F1 on labelled prompts",
+		Long: `Two checks, each optional, and a gate over both.
+
+Distribution: run the reference GGUF (F16/BF16, or F32 for small models) and the candidate (e.g. Q4_K_M) over a
+text or JSONL prompt set and compare their next-token distributions at every position, streaming (one window of
+logits at a time, no logits file): KL divergence (mean, median, p99, max), top-1 agreement, perplexity of both.
+
+Task: score an OpenAI-compatible endpoint (phonellm serve, the gateway, or another provider) on labelled JSONL
+({"messages":[…], "label":"5"}) with an answer pattern (default RISK_LEVEL:\s*(\d+)): accuracy, per-class
+precision/recall/F1, macro-F1, latency p50/p95. --vs scores a second endpoint side by side.
+
+Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fail, so ship can run it first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.Dist.Reference == "" && o.Task.Dataset == "" {
+				return usageError("nothing to evaluate: give --reference/--candidate/--prompts and/or --dataset/--endpoint")
+			}
+			if o.Dist.Reference != "" {
+				if o.Dist.Candidate == "" {
+					p, err := resolveGGUF(a, "")
+					if err != nil {
+						return usageError("--candidate: %v", err)
+					}
+					o.Dist.Candidate = p
+				}
+				o.Dist.Load = func(ctx context.Context, path string) (eval.LogitModel, error) {
+					return goengine.Load(ctx, goengine.Options{Path: path, ContextLength: ctxLen, Threads: threads})
+				}
+			}
+			if o.Task.Dataset != "" {
+				if endpoint == "" {
+					return usageError("--dataset needs --endpoint URL")
+				}
+				o.Task.Endpoint = eval.Endpoint{BaseURL: endpoint, Model: model, APIKey: os.Getenv(keyEnv)}
+				if vs != "" {
+					o.Task.Vs = eval.Endpoint{BaseURL: vs, Model: vsModel, APIKey: os.Getenv(vsKeyEnv)}
+				}
+			}
+			res, err := eval.Run(a.ctx, o, a.reporter())
+			if err != nil {
+				return err
+			}
+			if ws, _ := findWorkspace(); ws != nil {
+				key := workspace.Key(map[string]string{"candidate": o.Dist.Candidate, "dataset": o.Task.Dataset}, map[string]any{"endpoint": endpoint, "vs": vs})
+				if err := ws.Record(workspace.Record{Stage: "eval", Key: key, Options: map[string]any{"result": res}}); err != nil {
+					a.io.Warnf("workspace state not updated: %v", err)
+				}
+			}
+			if err := a.io.Result(res, func(w io.Writer) { printEval(w, res) }); err != nil {
+				return err
+			}
+			if gerr := res.Err(); gerr != nil {
+				if errors.Is(gerr, eval.ErrGateFailed) {
+					return withCode(exitVerdict, gerr, "")
+				}
+				return gerr
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dist.Reference, "reference", "", "reference GGUF (F16/BF16/F32)")
+	f.StringVar(&o.Dist.Candidate, "candidate", "", "candidate GGUF (default: the workspace's newest quantized model)")
+	f.StringVar(&o.Dist.Prompts, "prompts", "", "prompt set: text (blank-line separated) or JSONL with messages")
+	f.IntVar(&ctxLen, "ctx", 8192, "evaluation window in tokens (a 7k-token prompt needs 8192)")
+	f.IntVar(&threads, "threads", 0, "engine threads (default: all cores)")
+	f.StringVar(&o.Task.Dataset, "dataset", "", "labelled JSONL: {\"messages\":[…], \"label\":\"5\"}")
+	f.StringVar(&o.Task.Pattern, "pattern", "", `answer pattern with one capture group (default RISK_LEVEL:\s*(\d+))`)
+	f.StringVar(&endpoint, "endpoint", "", "OpenAI-compatible base URL to score (e.g. http://127.0.0.1:8090)")
+	f.StringVar(&model, "model", "", "model name to request from --endpoint")
+	f.StringVar(&keyEnv, "api-key-env", "PHONELLM_API_KEY", "environment variable with --endpoint's API key")
+	f.StringVar(&vs, "vs", "", "second endpoint to score side by side")
+	f.StringVar(&vsModel, "vs-model", "", "model name to request from --vs")
+	f.StringVar(&vsKeyEnv, "vs-api-key-env", "", "environment variable with --vs's API key")
+	f.IntVar(&o.Task.Concurrency, "concurrency", 4, "requests in flight per endpoint")
+	f.Float64Var(&o.Thresholds.MaxKLD, "max-kld", 0, "fail when the mean KL divergence is above this (nats)")
+	f.Float64Var(&o.Thresholds.MinTop1, "min-top1", 0, "fail when top-1 agreement is below this fraction (0.9 = 90 %)")
+	f.Float64Var(&o.Thresholds.MaxF1Drop, "max-f1-drop", 0, "fail when macro-F1 is this much below --vs's (fraction)")
+	return cmd
+}
+
+func printEval(w io.Writer, r eval.Result) {
+	if d := r.Distribution; d != nil {
+		fmt.Fprintf(w, "distribution: %s vs %s (%d positions, %d prompts)\n", d.Candidate, d.Reference, d.Positions, d.Prompts)
+		fmt.Fprintf(w, "  KLD mean %.6f  median %.6f  p99 %.6f  max %.6f\n", d.MeanKLD, d.MedianKLD, d.P99KLD, d.MaxKLD)
+		fmt.Fprintf(w, "  top-1 agreement %.2f %%, RMS Δp %.4f, perplexity %.3f → %.3f\n", 100*d.Top1, d.RMSDeltaTop, d.PPLReference, d.PPLCandidate)
+	}
+	for _, t := range []*eval.TaskResult{r.Task, r.Vs} {
+		if t == nil {
+			continue
+		}
+		fmt.Fprintf(w, "task: %s: accuracy %.3f, macro-F1 %.3f, %d/%d correct, %d unparsable, %d failed, latency p50 %.0f ms p95 %.0f ms\n",
+			t.Endpoint, t.Accuracy, t.MacroF1, t.Correct, t.Items, t.Unparsable, t.Failed, t.LatencyP50Ms, t.LatencyP95Ms)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  class\tprecision\trecall\tF1\tsupport")
+		for _, c := range t.Classes {
+			fmt.Fprintf(tw, "  %s\t%.3f\t%.3f\t%.3f\t%d\n", c.Label, c.Precision, c.Recall, c.F1, c.Support)
+		}
+		tw.Flush()
+	}
+	if c := r.Comparison; c != nil {
+		fmt.Fprintf(w, "vs: agreement %.3f, accuracy Δ %+.3f, macro-F1 drop %+.3f\n", c.Agreement, c.AccuracyDelta, c.MacroF1Drop)
+	}
+	if r.Pass {
+		fmt.Fprintln(w, "gate: pass")
+	} else {
+		fmt.Fprintf(w, "gate: FAIL: %v\n", r.Reasons)
+	}
+}

@@ -1,0 +1,80 @@
+package eval
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t testing.TB, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReadPrompts(t *testing.T) {
+	ps, err := ReadPrompts("testdata/prompts.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 3 || !strings.HasPrefix(ps[0].Text, "The bank") || !strings.HasPrefix(ps[1].Text, "Risk review") ||
+		len(ps[2].Messages) != 2 || ps[2].Messages[1].Role != "user" {
+		t.Errorf("%+v", ps)
+	}
+	ps, err = ReadPrompts("testdata/prompts.txt")
+	if err != nil || len(ps) != 1 || !strings.Contains(ps[0].Text, "lazy dog") {
+		t.Errorf("%v %+v", err, ps)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.txt":    " \n",
+		"b.jsonl":  `{"text":""}`,
+		"c.jsonl":  `{"text":"x","messages":[{"role":"user","content":"y"}]}`,
+		"d.jsonl":  `[1,2]`,
+		"e.jsonl":  "",
+		"f.jsonl":  `{"messages":[{"role":"x","content":"y"}]}`,
+		"g.jsonl":  `{"text":"x"}` + "\n" + strings.Repeat("a", maxJSONLLine+1),
+		"h.jsonl":  `{"text":"x"` + "\n",
+		"i2.jsonl": `{"prompt": 5}`,
+	} {
+		_, err := ReadPrompts(writeFile(t, dir, name, body))
+		var fe *FormatError
+		if !errors.As(err, &fe) {
+			t.Errorf("%s: %v, want a FormatError", name, err)
+		}
+	}
+}
+
+func FuzzReadPrompts(f *testing.F) {
+	f.Add([]byte(`{"text":"hello"}` + "\n" + `{"messages":[{"role":"user","content":"x"}],"label":"3"}`))
+	f.Add([]byte(`{"prompt":"x"}`))
+	f.Add([]byte("{}\n\n[]"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(dir, "f.jsonl")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := ReadPrompts(p)
+		if err == nil {
+			for _, q := range ps {
+				if q.Text == "" && len(q.Messages) == 0 {
+					t.Fatal("empty prompt accepted")
+				}
+			}
+		}
+		items, err := ReadItems(p)
+		if err == nil {
+			for _, it := range items {
+				if it.Label == "" || len(it.Messages) == 0 {
+					t.Fatalf("bad item accepted: %+v", it)
+				}
+			}
+		}
+	})
+}
