@@ -109,11 +109,7 @@ func newFleetCmd(a *app) *cobra.Command {
 		Short: "Replica health, URLs and the gateway of a deployment (default: the newest)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, st, err := localFleet()
-			if err != nil {
-				return err
-			}
-			id, err := pickDeployment(st, args)
+			f, id, err := fleetAndDeployment(args)
 			if err != nil {
 				return err
 			}
@@ -148,11 +144,7 @@ func newFleetCmd(a *app) *cobra.Command {
 		Short: "Stop a deployment's replicas and gateway (default: the newest)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, st, err := localFleet()
-			if err != nil {
-				return err
-			}
-			id, err := pickDeployment(st, args)
+			f, id, err := fleetAndDeployment(args)
 			if err != nil {
 				return err
 			}
@@ -178,11 +170,7 @@ func newFleetCmd(a *app) *cobra.Command {
 			Short: c.short,
 			Args:  cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				f, st, err := localFleet()
-				if err != nil {
-					return err
-				}
-				id, err := pickDeployment(st, args)
+				f, id, err := fleetAndDeployment(args)
 				if err != nil {
 					return err
 				}
@@ -208,6 +196,16 @@ func newFleetCmd(a *app) *cobra.Command {
 	sup.Flags().StringVar(&stateDir, "state-dir", fleetDir(), "deployment state folder")
 	cmd.AddCommand(sup)
 	return cmd
+}
+
+// fleetAndDeployment opens the local fleet and picks the deployment named in args (or the newest).
+func fleetAndDeployment(args []string) (*local.Fleet, string, error) {
+	f, st, err := localFleet()
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := pickDeployment(st, args)
+	return f, id, err
 }
 
 // pickDeployment returns the named deployment, or the newest one.

@@ -1,39 +1,18 @@
 package quantize
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/phonellm/phonellm/internal/memstat"
 
 	"github.com/phonellm/phonellm/internal/benchdata"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
-
-// peakRSS returns the process's peak resident set (VmHWM) in bytes; resetPeakRSS restarts its measurement
-// (Linux: writing 5 to /proc/self/clear_refs resets the high-water mark).
-func peakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func resetPeakRSS() { os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
 // BenchmarkQuantizeQwen3Shape quantizes the 1.5 GB Qwen3-0.6B-shaped F16 GGUF (generated once, see
 // internal/benchdata) to Q4_K_M, Q8_0 and Q4_0 at 1 and 2 threads, reporting input MB/s (b.SetBytes) and the
@@ -52,7 +31,7 @@ func BenchmarkQuantizeQwen3Shape(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/threads=%d", ft, threads), func(b *testing.B) {
 				out := filepath.Join(b.TempDir(), "out.gguf")
 				b.SetBytes(st.Size())
-				resetPeakRSS()
+				memstat.ResetPeak()
 				for b.Loop() {
 					src, err := OpenGGUF(in)
 					if err != nil {
@@ -63,7 +42,7 @@ func BenchmarkQuantizeQwen3Shape(b *testing.B) {
 					}
 					src.Close()
 				}
-				b.ReportMetric(float64(peakRSS())/1e6, "peakRSS-MB")
+				b.ReportMetric(float64(memstat.PeakRSS())/1e6, "peakRSS-MB")
 			})
 		}
 	}

@@ -1,16 +1,15 @@
 package convert
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/memstat"
 
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
@@ -43,7 +42,7 @@ func BenchmarkConvert(b *testing.B) {
 	m.Close()
 	out := filepath.Join(b.TempDir(), "out.gguf")
 	runtime.GC()
-	resetPeakRSS()
+	memstat.ResetPeak()
 	b.SetBytes(total)
 	b.ResetTimer()
 	var peakHeap uint64
@@ -56,7 +55,7 @@ func BenchmarkConvert(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
-	if rss := peakRSS(); rss > 0 {
+	if rss := memstat.PeakRSS(); rss > 0 {
 		b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MiB")
 	}
 	b.ReportMetric(float64(largest)/(1<<20), "largest-tensor-MiB")
@@ -83,23 +82,4 @@ func sampleHeap(peak *uint64) (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
-}
-
-func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
-
-// peakRSS returns VmHWM of /proc/self/status in bytes, 0 when unavailable.
-func peakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
