@@ -97,6 +97,11 @@ func NewPhoneConfig(spec Spec, version string) PhoneConfig {
 		TunnelKeyEnv:    "TUNNEL_KEY",
 		Tunnel:          MainnetTunnel,
 		Bench:           Bench{Prompt: "Count from one to twenty in words.", MaxTokens: 32},
+		// The memory the fit check promised (pipeline/fit, llama.cpp accounting): no host-RAM prompt cache
+		// (llama-server's --cache-ram default of 8 GiB alone would break every phone budget) and two
+		// recurrent-state checkpoints per slot for hybrid models. Both flags exist in every llama.cpp that can
+		// load Qwen3.5 (b7990 and later).
+		ExtraArgs: []string{"--cache-ram", "0", "--ctx-checkpoints", "2"},
 	}
 	if c.Ctx == 0 {
 		c.Ctx = 4096
