@@ -12,6 +12,7 @@ import (
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/internal/tinymodel"
+	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
@@ -229,4 +230,84 @@ func TestPipelineJSON(t *testing.T) {
 	if code != 0 {
 		t.Errorf("fit: %d %s", code, e)
 	}
+}
+
+// TestFusedLoRAEqualsMergeThenQuantize is issue 4's acceptance for the fused path: quantizing the base with
+// --lora applied on the fly gives the same tensor data as merging to a checkpoint and quantizing that, for a
+// plain LoRA and for an adapter that changes tied embeddings (which must come out untied in both).
+func TestFusedLoRAEqualsMergeThenQuantize(t *testing.T) {
+	for _, c := range []struct {
+		preset  string
+		adapter tinymodel.AdapterSpec
+	}{
+		{"qwen35", tinymodel.AdapterSpec{Rank: 8, Alpha: 16, TargetModules: []string{"q_proj", "v_proj", "o_proj", "down_proj", "in_proj_qkv"}}},
+		{"qwen3", tinymodel.AdapterSpec{Rank: 4, Alpha: 8, TargetModules: []string{"q_proj", "embed_tokens"}}},
+	} {
+		t.Run(c.preset, func(t *testing.T) {
+			spec, _ := tinymodel.Preset(c.preset)
+			base := tinyCheckpoint(t, c.preset)
+			adapter := filepath.Join(t.TempDir(), "adapter")
+			if err := tinymodel.GenerateAdapter(adapter, spec, c.adapter); err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			merged := filepath.Join(out, "merged")
+			if code, _, e := runCLI(t, context.Background(), "merge", "--base", base, "--lora", adapter, "-o", merged); code != 0 {
+				t.Fatalf("merge: %s", e)
+			}
+			a, b := filepath.Join(out, "a.gguf"), filepath.Join(out, "b.gguf")
+			if code, _, e := runCLI(t, context.Background(), "quantize", "q4_k_m", "--model", merged, "-o", a); code != 0 {
+				t.Fatalf("quantize merged: %s", e)
+			}
+			code, _, e := runCLI(t, context.Background(), "quantize", "q4_k_m", "--model", base, "--lora", adapter, "-o", b)
+			if code != 0 {
+				t.Fatalf("quantize --lora: %s", e)
+			}
+			ta, tb := ggufTensors(t, a), ggufTensors(t, b)
+			if len(ta) != len(tb) {
+				t.Fatalf("%d tensors after merge, %d fused", len(ta), len(tb))
+			}
+			for name, d := range ta {
+				if !bytes.Equal(d, tb[name]) {
+					t.Errorf("tensor %s differs between merge+quantize and quantize --lora", name)
+				}
+			}
+			base0 := filepath.Join(out, "base.gguf")
+			if code, _, e := runCLI(t, context.Background(), "quantize", "q4_k_m", "--model", base, "-o", base0); code != 0 {
+				t.Fatalf("quantize base: %s", e)
+			}
+			t0 := ggufTensors(t, base0)
+			changed := 0
+			for name, d := range ta {
+				if !bytes.Equal(d, t0[name]) {
+					changed++
+				}
+			}
+			if changed == 0 {
+				t.Error("the adapter changed no tensor")
+			}
+			if _, untied := ta["output.weight"]; c.preset == "qwen3" && !untied {
+				t.Error("embedding LoRA on a tied model: output.weight missing (the trained head was dropped)")
+			}
+		})
+	}
+}
+
+func ggufTensors(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := gguf.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][]byte{}
+	for _, ti := range f.Tensors {
+		r, _ := f.TensorReader(ti.Name)
+		b := make([]byte, r.Size())
+		if _, err := r.ReadAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		out[ti.Name] = b
+	}
+	return out
 }

@@ -21,15 +21,7 @@ func init() { register("ship", newFleetCmd) }
 
 // fleetDir is where deployment records live: $PHONELLM_HOME/fleet (default ~/.cache/phonellm/fleet), so
 // `phonellm fleet status` works from any folder and any shell.
-func fleetDir() string {
-	if h := getenv("PHONELLM_HOME", ""); h != "" {
-		return filepath.Join(h, "fleet")
-	}
-	if c, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(c, "phonellm", "fleet")
-	}
-	return filepath.Join(os.TempDir(), "phonellm-fleet")
-}
+func fleetDir() string { return filepath.Join(phonellmHome(), "fleet") }
 
 func localFleet() (*local.Fleet, *deploy.Store, error) {
 	st := deploy.NewStore(fleetDir())

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/phonellm/phonellm/runtime"
 	"github.com/phonellm/phonellm/runtime/api"
+	"github.com/phonellm/phonellm/runtime/autotune"
 	"github.com/phonellm/phonellm/runtime/goengine"
 	"github.com/phonellm/phonellm/runtime/llamaserver"
 	"github.com/spf13/cobra"
@@ -58,11 +60,47 @@ func (f *engineFlags) load(ctx context.Context, path string) (runtime.Engine, er
 	return nil, usageError("unknown --engine %q (want go or llama-server)", f.engine)
 }
 
+// autotune measures thread/batch candidates for this model on this machine (runtime/autotune), scored for the
+// fraud-review shape (7,000 tokens in, 8 out), and sets the flags to the fastest. The result is cached under
+// $PHONELLM_HOME/autotune keyed by the model, CPU, core count and phonellm version.
+func (f *engineFlags) autotune(a *app, path string, force bool) error {
+	if f.engine != "go" && f.engine != "" {
+		return usageError("--autotune works with --engine go")
+	}
+	res, err := autotune.Tune(a.ctx, autotune.Options{Model: path, CacheDir: filepath.Join(phonellmHome(), "autotune"),
+		Version: buildVersion().Version, Force: force, Log: func(s string) { a.io.Printf("%s\n", s) },
+		Load: func(ctx context.Context, c autotune.Candidate) (runtime.Engine, error) {
+			return goengine.Load(ctx, goengine.Options{Path: path, Threads: c.Threads, BatchSize: c.BatchSize,
+				ContextLength: max(f.ctx, 1024), KVCacheType: f.kvType, FlashAttention: f.flashAttn})
+		}})
+	if err != nil {
+		return fmt.Errorf("autotune: %w", err)
+	}
+	if res.Cached {
+		a.io.Printf("autotune: cached result %s\n", res.CachePath)
+	}
+	f.threads, f.batch = res.Best.Threads, res.Best.BatchSize
+	a.io.Printf("autotune: threads %d, batch %d\n", f.threads, f.batch)
+	return nil
+}
+
+// phonellmHome is $PHONELLM_HOME (default ~/.cache/phonellm): phonellm's own cache.
+func phonellmHome() string {
+	if h := getenv("PHONELLM_HOME", ""); h != "" {
+		return h
+	}
+	if c, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(c, "phonellm")
+	}
+	return filepath.Join(os.TempDir(), "phonellm")
+}
+
 func newServeCmd(a *app) *cobra.Command {
 	var ef engineFlags
 	var host, apiKey, apiKeyEnv string
 	var port, queue int
 	var timeout time.Duration
+	var tune, retune bool
 	cmd := &cobra.Command{
 		Use:   "serve [MODEL.gguf | hf://org/repo/file.gguf[@rev]]",
 		Short: "Serve a GGUF over an OpenAI-compatible HTTP API (what each phone runs)",
@@ -101,6 +139,11 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(a.ctx, ln) }()
 			a.io.Printf("listening on http://%s (loading %s)\n", ln.Addr(), path)
+			if tune || retune {
+				if err := ef.autotune(a, path, retune); err != nil {
+					return err
+				}
+			}
 			start := time.Now()
 			eng, err := ef.load(a.ctx, path)
 			if err != nil {
@@ -123,5 +166,7 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 	f.StringVar(&apiKeyEnv, "api-key-env", "", "read the API key from this environment variable")
 	f.IntVar(&queue, "queue", 0, "requests that may wait for a slot before 429 (default 4 × parallel)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "per-request timeout, queueing included")
+	f.BoolVar(&tune, "autotune", false, "time a short prompt+decode at a few thread counts and batch sizes, keep the fastest (cached per model and machine)")
+	f.BoolVar(&retune, "retune", false, "like --autotune, but measure again instead of using the cached result")
 	return cmd
 }

@@ -287,6 +287,11 @@ var eogNames = map[string]bool{
 	"<|endoftext|>": true, "<|eom_id|>": true, "<EOT>": true, "<|end_of_text|>": true,
 }
 
+// eogAnyType are EOG texts llama.cpp stops on whatever their token type: Qwen's tokenizer.json marks the FIM
+// and repo tokens special:false, so they are not CONTROL in the GGUF, yet llama.cpp adds them to
+// special_eog_ids and treats them as control (their text is hidden).
+var eogAnyType = map[string]bool{"<|fim_pad|>": true, "<|repo_name|>": true, "<|file_sep|>": true}
+
 func (e *Engine) setupVocab() {
 	v := e.vocab
 	e.eog = map[int32]bool{}
@@ -305,6 +310,10 @@ func (e *Engine) setupVocab() {
 			if eogNames[v.Values[i]] {
 				e.eog[int32(i)] = true
 			}
+		}
+		if eogAnyType[v.Values[i]] {
+			e.control[i] = true
+			e.eog[int32(i)] = true
 		}
 	}
 }
