@@ -28,6 +28,18 @@ grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
 	done
 done
 
+echo "== the README's main job: phonellm demo (merge → quantize → fit → ship 3 replicas → gateway answer)" >&2
+mkdir -p bin
+go build -o bin/phonellm ./cmd/phonellm
+demo="$(mktemp -d)"
+trap 'rm -rf "$demo"' EXIT
+bin/phonellm demo --dir "$demo" >/dev/null
+
+echo "== phone entrypoint under Node with phonellm serve as the phone's llama-server" >&2
+PHONELLM_STD_LLAMA_CMD="$PWD/bin/phonellm serve" PHONELLM_STD_LLAMA_DIALECT=phonellm-serve \
+	PHONELLM_TEST_GGUF="$demo/tiny-fraud-Q4_K_M.gguf" \
+	go test -count=1 -run TestPhoneEntrypointEndToEnd ./pipeline/deploy
+
 echo "== kernels under GOAMD64=v1/v3 and arm64" >&2
 bash scripts/test-kernels-cross.sh
 echo "all tests passed" >&2

@@ -27,6 +27,7 @@ type engineFlags struct {
 	ctx, batch          int
 	kvType              string
 	flashAttn           bool
+	alias               string
 }
 
 func (f *engineFlags) add(cmd *cobra.Command) {
@@ -39,6 +40,7 @@ func (f *engineFlags) add(cmd *cobra.Command) {
 	fl.IntVarP(&f.batch, "batch", "b", 512, "prompt batch size")
 	fl.StringVar(&f.kvType, "kv-type", "f16", "KV cache type: f16, q8_0 or q4_0")
 	fl.BoolVar(&f.flashAttn, "flash-attn", false, "use the fused attention kernel")
+	fl.StringVar(&f.alias, "alias", "", "model name to serve under (default: the file name without .gguf), like llama-server's --alias")
 }
 
 func (f *engineFlags) load(ctx context.Context, path string) (runtime.Engine, error) {
@@ -48,13 +50,13 @@ func (f *engineFlags) load(ctx context.Context, path string) (runtime.Engine, er
 	}
 	switch f.engine {
 	case "go", "":
-		return goengine.Load(ctx, goengine.Options{Path: path, Threads: threads, Parallel: f.parallel,
+		return goengine.Load(ctx, goengine.Options{Path: path, ID: f.alias, Threads: threads, Parallel: f.parallel,
 			ContextLength: f.ctx, BatchSize: f.batch, KVCacheType: f.kvType, FlashAttention: f.flashAttn})
 	case "llama-server":
 		if f.llamaServer == "" {
 			return nil, usageError("--engine llama-server needs --llama-server PATH")
 		}
-		return llamaserver.Start(ctx, llamaserver.Options{Binary: f.llamaServer, Model: path, Threads: threads,
+		return llamaserver.Start(ctx, llamaserver.Options{Binary: f.llamaServer, Model: path, Alias: f.alias, Threads: threads,
 			Parallel: f.parallel, ContextLength: f.ctx, BatchSize: f.batch, Log: os.Stderr})
 	}
 	return nil, usageError("unknown --engine %q (want go or llama-server)", f.engine)
