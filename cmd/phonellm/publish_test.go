@@ -71,3 +71,47 @@ func TestPublishThenFetch(t *testing.T) {
 		t.Fatal("tampered cache entry was not re-fetched")
 	}
 }
+
+// TestInitFromHub: `init --base ORG/NAME` downloads the checkpoint's files (not other formats) from the Hub
+// into the HF cache, verified, and later stages run from that snapshot.
+func TestInitFromHub(t *testing.T) {
+	hub := hubtest.Start(t, hubtest.Config{User: "me"})
+	home := t.TempDir()
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", hub.Token())
+	t.Setenv("HF_HOME", home)
+	t.Setenv("HF_HUB_CACHE", "")
+	dir := tinyCheckpoint(t, "qwen3")
+	files := map[string][]byte{"model.Q8_0.gguf": []byte("not part of a checkpoint")}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+	}
+	if _, err := hub.Seed("acme/tiny-qwen3", "main", files); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	t.Setenv("PHONELLM_WORKSPACE", ws)
+	code, out, e := runCLI(t, context.Background(), "init", "--dir", ws, "--base", "acme/tiny-qwen3", "--json")
+	if code != 0 {
+		t.Fatalf("init: %d %s", code, e)
+	}
+	var res initResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Arch != "Qwen3ForCausalLM" {
+		t.Fatalf("init result %q (%v)", out, err)
+	}
+	if !strings.HasPrefix(res.BaseDir, filepath.Join(home, "hub", "models--acme--tiny-qwen3", "snapshots")) {
+		t.Errorf("base not in the HF cache layout: %s", res.BaseDir)
+	}
+	if _, err := os.Stat(filepath.Join(res.BaseDir, "model.Q8_0.gguf")); err == nil {
+		t.Error("a file that is not part of the checkpoint was downloaded")
+	}
+	q := filepath.Join(ws, "q.gguf")
+	if code, _, e := runCLI(t, context.Background(), "quantize", "q8_0", "-o", q); code != 0 {
+		t.Fatalf("quantize from the Hub base: %s", e)
+	}
+}
