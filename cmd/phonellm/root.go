@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
@@ -50,9 +51,29 @@ Results go to stdout (add --json for machine-readable output); progress and warn
 			root.AddCommand(c)
 		}
 	}
-	add("build", newInspectCmd(a))
+	cmds := []struct {
+		group string
+		cmd   *cobra.Command
+	}{{"build", newInspectCmd(a)}}
 	for _, c := range extraCommands {
-		add(c.group, c.make(a))
+		cmds = append(cmds, struct {
+			group string
+			cmd   *cobra.Command
+		}{c.group, c.make(a)})
+	}
+	// Help lists commands in pipeline order, not alphabetically.
+	cobra.EnableCommandSorting = false
+	rank := func(c *cobra.Command) int {
+		for i, n := range pipelineOrder {
+			if c.Name() == n {
+				return i
+			}
+		}
+		return len(pipelineOrder)
+	}
+	sort.SliceStable(cmds, func(i, j int) bool { return rank(cmds[i].cmd) < rank(cmds[j].cmd) })
+	for _, c := range cmds {
+		add(c.group, c.cmd)
 	}
 	root.AddCommand(newVersionCmd(a))
 	var env strings.Builder
@@ -64,6 +85,10 @@ Results go to stdout (add --json for machine-readable output); progress and warn
 	})
 	return root
 }
+
+// pipelineOrder is the order commands are listed in help: the order people run them.
+var pipelineOrder = []string{"init", "inspect", "merge", "convert", "quantize", "fit", "publish", "ship", "fleet",
+	"serve", "gateway", "bench", "eval", "demo"}
 
 // extraCommands lets each command file register itself without editing root.go.
 var extraCommands []struct {
