@@ -1,13 +1,18 @@
 package main
 
 import (
+	"encoding/json"
+
 	"os"
 
+	"github.com/phonellm/phonellm/pipeline/eval"
+
 	"fmt"
-	"gopkg.in/yaml.v3"
 	"io"
 	"path/filepath"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline"
@@ -142,6 +147,7 @@ func modelCard(a *app, ws *workspace.Workspace, repo string, files []string) (*p
 			card.Provenance.BaseSHA256 = r.Inputs["base"]
 			card.Provenance.AdapterSHA256 = r.Inputs["adapter0"]
 		}
+		card.Quality = qualityRows(ws)
 		for _, st := range []string{"merge", "convert", "quantize"} {
 			if r := ws.Latest(st); r != nil {
 				card.Provenance.Commands = append(card.Provenance.Commands, "phonellm "+st)
@@ -181,6 +187,38 @@ func modelCard(a *app, ws *workspace.Workspace, repo string, files []string) (*p
 		}
 	}
 	return card, nil
+}
+
+// qualityRows turns the workspace's newest eval result into the card's quality table.
+func qualityRows(ws *workspace.Workspace) []publish.QualityRow {
+	r := ws.Latest("eval")
+	if r == nil {
+		return nil
+	}
+	raw, err := json.Marshal(r.Options["result"])
+	if err != nil {
+		return nil
+	}
+	var res eval.Result
+	if json.Unmarshal(raw, &res) != nil {
+		return nil
+	}
+	var rows []publish.QualityRow
+	if d := res.Distribution; d != nil {
+		file := filepath.Base(d.Candidate)
+		ref := "vs " + filepath.Base(d.Reference)
+		rows = append(rows,
+			publish.QualityRow{Metric: "mean KL divergence", File: file, Value: fmt.Sprintf("%.5f", d.MeanKLD), Note: ref},
+			publish.QualityRow{Metric: "top-1 agreement", File: file, Value: fmt.Sprintf("%.1f %%", 100*d.Top1), Note: ref},
+			publish.QualityRow{Metric: "perplexity", File: file, Value: fmt.Sprintf("%.3f", d.PPLCandidate),
+				Note: fmt.Sprintf("reference %.3f", d.PPLReference)})
+	}
+	if t := res.Task; t != nil {
+		rows = append(rows,
+			publish.QualityRow{Metric: "task accuracy", File: t.Model, Value: fmt.Sprintf("%.3f", t.Accuracy), Note: t.Endpoint},
+			publish.QualityRow{Metric: "task macro-F1", File: t.Model, Value: fmt.Sprintf("%.3f", t.MacroF1), Note: t.Endpoint})
+	}
+	return rows
 }
 
 // cardLicense returns the license id in the front matter of a checkpoint's README.md (Hub model cards carry

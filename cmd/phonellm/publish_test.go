@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/pipeline/eval"
 	"github.com/phonellm/phonellm/pipeline/publish"
 	"github.com/phonellm/phonellm/pipeline/publish/hubtest"
+	"github.com/phonellm/phonellm/pipeline/workspace"
 )
 
 // TestPublishThenFetch publishes a quantized GGUF with its model card to the test Hub through the CLI, then
@@ -113,5 +115,24 @@ func TestInitFromHub(t *testing.T) {
 	q := filepath.Join(ws, "q.gguf")
 	if code, _, e := runCLI(t, context.Background(), "quantize", "q8_0", "-o", q); code != 0 {
 		t.Fatalf("quantize from the Hub base: %s", e)
+	}
+}
+
+// TestCardQualityFromEval: the newest eval result in the workspace becomes the card's quality rows.
+func TestCardQualityFromEval(t *testing.T) {
+	dir := t.TempDir()
+	ws, err := workspace.Init(dir, workspace.Project{Name: "m"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := eval.Result{Distribution: &eval.DistResult{Reference: "/x/m-F16.gguf", Candidate: "/x/m-Q4_K_M.gguf",
+		MeanKLD: 0.0123, Top1: 0.91, PPLReference: 7.5, PPLCandidate: 7.7}}
+	if err := ws.Record(workspace.Record{Stage: "eval", Key: "k", Options: map[string]any{"result": res}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ = workspace.Open(dir) // as publish sees it: the result went through JSON
+	rows := qualityRows(ws)
+	if len(rows) != 3 || rows[0].Value != "0.01230" || rows[1].Value != "91.0 %" || rows[0].File != "m-Q4_K_M.gguf" {
+		t.Fatalf("rows %+v", rows)
 	}
 }
