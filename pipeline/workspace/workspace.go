@@ -134,7 +134,7 @@ func (w *Workspace) SaveProject() error {
 
 // Path resolves a path relative to the workspace root.
 func (w *Workspace) Path(p string) string {
-	if p == "" || filepath.IsAbs(p) {
+	if p == "" || filepath.IsAbs(p) || isURL(p) {
 		return p
 	}
 	return filepath.Join(w.Root, p)
@@ -142,6 +142,9 @@ func (w *Workspace) Path(p string) string {
 
 // Rel makes p relative to the root when it is inside it, for records that survive moving the folder.
 func (w *Workspace) Rel(p string) string {
+	if isURL(p) {
+		return p
+	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
 		return p
@@ -152,6 +155,9 @@ func (w *Workspace) Rel(p string) string {
 	}
 	return abs
 }
+
+// isURL reports whether an artifact "path" is a URL (a Hub resolve URL, a replica), which is kept as is.
+func isURL(p string) bool { return strings.Contains(p, "://") }
 
 // Record stores a stage result (replacing an older record with the same stage and key) and saves the state.
 func (w *Workspace) Record(r Record) error {

@@ -86,3 +86,19 @@ func TestUnknownField(t *testing.T) {
 		t.Fatalf("unknown field not reported: %v", err)
 	}
 }
+
+func TestURLArtifactsKept(t *testing.T) {
+	root := t.TempDir()
+	w, err := Init(root, Project{Name: "m"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://huggingface.co/me/m/resolve/main/m-Q4_K_M.gguf"
+	if err := w.Record(Record{Stage: "publish", Key: "k", Artifacts: []pipeline.Artifact{{Path: url, Kind: "hub-file"}}}); err != nil {
+		t.Fatal(err)
+	}
+	w, _ = Open(root)
+	if a, ok := w.LatestArtifact("hub-file", "publish"); !ok || a.Path != url {
+		t.Fatalf("artifact %+v", a)
+	}
+}
