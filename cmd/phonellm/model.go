@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
 )
 
@@ -31,6 +32,12 @@ func resolveGGUF(a *app, arg string) (string, error) {
 		if _, err := os.Stat(arg); err != nil {
 			return "", err
 		}
+		// Check the header now, so a wrong file is a one-line input error (exit 3) before anything binds or loads.
+		f, err := gguf.OpenFile(arg)
+		if err != nil {
+			return "", err
+		}
+		f.Close()
 		return arg, nil
 	}
 	ws, err := findWorkspace()
