@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/phonellm/phonellm/internal/oracle"
 )
 
 // tokenizersJSScript encodes texts with Hugging Face's own JavaScript port of tokenizers (npm
@@ -29,18 +31,9 @@ process.stdout.write(JSON.stringify(out));
 // tokenizersJSModule finds dist/tokenizers.mjs of @huggingface/tokenizers: $PHONELLM_TOKENIZERS_JS (a directory
 // holding node_modules), else the oracle install directory of scripts/setup-oracle.sh.
 func tokenizersJSModule() string {
-	dirs := []string{os.Getenv("PHONELLM_TOKENIZERS_JS"), os.Getenv("PHONELLM_ORACLE_DIR")}
-	if home, err := os.UserHomeDir(); err == nil {
-		dirs = append(dirs, filepath.Join(home, ".cache", "phonellm", "oracle"))
-	}
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, "node_modules", "@huggingface", "tokenizers", "dist", "tokenizers.mjs")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
+	const rel = "@huggingface/tokenizers/dist/tokenizers.mjs"
+	if dir, ok := oracle.FindModule("PHONELLM_TOKENIZERS_JS", rel); ok {
+		return filepath.Join(dir, "node_modules", filepath.FromSlash(rel))
 	}
 	return ""
 }

@@ -4,42 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/oracle"
+
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
-// openaiClientDir returns a directory whose node_modules holds the official
-// "openai" npm package (PHONELLM_OPENAI_DIR, else the oracle directory of
-// scripts/setup-oracle.sh). Without it the test skips, unless
-// PHONELLM_REQUIRE_ORACLE=1 turns that into a failure.
-func openaiClientDir(t *testing.T) string {
-	dir := os.Getenv("PHONELLM_OPENAI_DIR")
-	if dir == "" {
-		dir = os.Getenv("PHONELLM_ORACLE_DIR")
-	}
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "phonellm", "oracle")
-	}
-	_, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "index.mjs"))
-	_, nodeErr := exec.LookPath("node")
-	if err != nil || nodeErr != nil {
-		msg := "npm package openai not installed in " + dir + " (set PHONELLM_OPENAI_DIR)"
-		if os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dir
-}
-
 func TestOfficialOpenAIClient(t *testing.T) {
-	dir := openaiClientDir(t)
+	dir := oracle.RequireModule(t, "PHONELLM_OPENAI_DIR", "openai/index.mjs")
 	ts, _, _ := newServer(t, enginetest.Options{ContextLength: 1024, Reply: func(string) string { return "hello world" }}, Options{APIKey: "k"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -4,45 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/oracle"
+
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
-// openaiDir returns a directory whose node_modules holds the official "openai" npm package
-// (PHONELLM_OPENAI_DIR, else the oracle directory of scripts/setup-oracle.sh). Without it the test skips,
-// unless PHONELLM_REQUIRE_ORACLE=1 makes that a failure.
-func openaiDir(t *testing.T) string {
-	dir := os.Getenv("PHONELLM_OPENAI_DIR")
-	if dir == "" {
-		dir = os.Getenv("PHONELLM_ORACLE_DIR")
-	}
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "phonellm", "oracle")
-	}
-	_, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "index.mjs"))
-	_, nodeErr := exec.LookPath("node")
-	if err != nil || nodeErr != nil {
-		msg := "npm package openai not installed in " + dir + " (set PHONELLM_OPENAI_DIR)"
-		if os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dir
-}
-
 // TestOfficialOpenAIClient: the official client works through the gateway unchanged, streaming included,
 // over two replicas running phonellm's API server.
 func TestOfficialOpenAIClient(t *testing.T) {
-	dir := openaiDir(t)
+	dir := oracle.RequireModule(t, "PHONELLM_OPENAI_DIR", "openai/index.mjs")
 	eo := enginetest.Options{ID: "tiny", Reply: func(string) string { return "RISK_LEVEL: 5" }}
 	a := engineReplica(t, eo, api.Options{APIKey: "replica-key-000"})
 	b := engineReplica(t, eo, api.Options{APIKey: "replica-key-000"})

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/oracle"
+
 	"github.com/phonellm/phonellm/runtime"
 )
 
@@ -20,21 +22,7 @@ import (
 // PHONELLM_REQUIRE_ORACLE=1 (set in CI) turns that into a failure.
 func oracleDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("PHONELLM_ORACLE_DIR")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "phonellm", "oracle")
-	}
-	_, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json"))
-	_, nodeErr := exec.LookPath("node")
-	if err != nil || nodeErr != nil {
-		msg := "node-llama-cpp oracle not installed in " + dir + " (run scripts/setup-oracle.sh)"
-		if os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dir
+	return oracle.RequireModule(t, oracle.EnvDir, "node-llama-cpp/package.json")
 }
 
 type oracleOut struct {
