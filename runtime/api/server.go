@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/phonellm/phonellm/runtime/internal/httpx"
+
 	"github.com/phonellm/phonellm/runtime"
 )
 
@@ -154,38 +156,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(c int) {
-	if w.code == 0 {
-		w.code = c
-	}
-	w.ResponseWriter.WriteHeader(c)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // wrap adds authentication, body limits, metrics and logging.
 func (s *Server) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpx.StatusWriter{ResponseWriter: w}
 		endpoint := r.URL.Path
 		if strings.HasPrefix(endpoint, "/v1/models/") {
 			endpoint = "/v1/models/{id}"
@@ -197,8 +172,8 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 			if !knownEndpoint(endpoint) {
 				endpoint = "other"
 			}
-			s.m.request(endpoint, sw.code, time.Since(start))
-			s.o.Logger.Info("request", "method", r.Method, "path", r.URL.Path, "status", sw.code,
+			s.m.request(endpoint, sw.Code, time.Since(start))
+			s.o.Logger.Info("request", "method", r.Method, "path", r.URL.Path, "status", sw.Code,
 				"duration", time.Since(start).Round(time.Millisecond))
 		}()
 		if s.o.APIKey != "" && endpoint != "/health" && endpoint != "/v1/health" && !s.authorized(r) {

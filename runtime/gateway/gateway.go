@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/phonellm/phonellm/runtime/internal/httpx"
 )
 
 // DefaultAddr is where ListenAndServe binds when given no address: loopback only.
@@ -184,10 +186,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.
 func (g *Gateway) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpx.StatusWriter{ResponseWriter: w}
 		defer func() {
 			if r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/v1/health" {
-				g.m.request(sw.code, time.Since(start))
+				g.m.request(sw.Code, time.Since(start))
 			}
 		}()
 		if len(g.keys) > 0 && r.URL.Path != "/health" && r.URL.Path != "/v1/health" && !g.authorized(r) {
@@ -363,28 +365,6 @@ func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
 	}
 	return g.Serve(ctx, ln)
 }
-
-// statusWriter records the status code and keeps Flush reachable through http.ResponseController.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(c int) {
-	if w.code == 0 {
-		w.code = c
-	}
-	w.ResponseWriter.WriteHeader(c)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // modelIDs lists the model IDs of the live replicas, deduplicated, sorted.
 func (g *Gateway) liveModels() []modelEntry {

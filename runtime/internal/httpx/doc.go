@@ -1,0 +1,2 @@
+// Package httpx holds small HTTP helpers shared by the runtime's servers (the OpenAI API and the gateway).
+package httpx
