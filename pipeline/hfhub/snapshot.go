@@ -84,7 +84,7 @@ func (c *Client) ListFiles(ctx context.Context, repo, revision string) ([]RepoFi
 			}
 			files = append(files, f)
 		}
-		next = nextLink(h.Get("Link"))
+		next = NextLink(h.Get("Link"))
 	}
 	return files, nil
 }
@@ -168,8 +168,8 @@ func (c *Client) getJSON(ctx context.Context, op, u string, v any) (http.Header,
 	return hdr, err
 }
 
-// nextLink extracts the rel="next" URL of a Link header.
-func nextLink(h string) string {
+// NextLink extracts the rel="next" URL of a Link header (the Hub's pagination), or "".
+func NextLink(h string) string {
 	for _, part := range strings.Split(h, ",") {
 		u, params, ok := strings.Cut(part, ";")
 		if ok && strings.Contains(params, `rel="next"`) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/pipeline/hfhub"
 	"github.com/phonellm/phonellm/pipeline/internal/retry"
 )
 
@@ -363,20 +364,9 @@ func (c *Client) ListFiles(ctx context.Context, repo, rev string) ([]TreeEntry, 
 				all = append(all, it)
 			}
 		}
-		next = nextLink(resp.Header.Get("Link"))
+		next = hfhub.NextLink(resp.Header.Get("Link"))
 	}
 	return all, nil
-}
-
-// nextLink extracts the rel="next" URL of a Link header.
-func nextLink(h string) string {
-	for _, part := range strings.Split(h, ",") {
-		u, params, ok := strings.Cut(part, ";")
-		if ok && strings.Contains(params, `rel="next"`) {
-			return strings.Trim(strings.TrimSpace(u), "<>")
-		}
-	}
-	return ""
 }
 
 // PreuploadFile is one file announced to preupload.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/phonellm/phonellm/pipeline/hfhub"
 )
 
 func TestErrorFromShapes(t *testing.T) {
@@ -41,10 +43,10 @@ func TestUploadIdentityAndLinks(t *testing.T) {
 	if got := uploadIdentity("http://h/lfs/complete/abc?exp=1&sig=2"); got != "http://h/lfs/complete/abc" {
 		t.Fatal(got)
 	}
-	if got := nextLink(`<https://h/api/x?cursor=2>; rel="next", <https://h/a>; rel="prev"`); got != "https://h/api/x?cursor=2" {
+	if got := hfhub.NextLink(`<https://h/api/x?cursor=2>; rel="next", <https://h/a>; rel="prev"`); got != "https://h/api/x?cursor=2" {
 		t.Fatal(got)
 	}
-	if nextLink("") != "" {
+	if hfhub.NextLink("") != "" {
 		t.Fatal("next from empty header")
 	}
 }
