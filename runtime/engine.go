@@ -51,6 +51,9 @@ type ModelInfo struct {
 	// HasChatTemplate is false when the file carries no tokenizer.chat_template
 	// and ChatML is used instead.
 	HasChatTemplate bool `json:"has_chat_template"`
+	// RepackedTensors counts the quantized matrices the engine moved into
+	// interleaved GEMM layouts at load (goengine; 0 when none qualify).
+	RepackedTensors int `json:"repacked_tensors,omitempty"`
 }
 
 // Message is one chat message.

@@ -64,12 +64,12 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 			defer eng.Close()
 			if vs {
 				cr, err := bench.Compare(a.ctx, eng, bench.CompareOptions{OracleDir: getenv("PHONELLM_ORACLE_DIR", ""),
-					Threads: eng.Info().Threads, FlashAttention: ef.flashAttn, PromptTokens: vsPrompt, GenerateTokens: vsGen})
+					Threads: eng.Info().Threads, FlashAttention: ef.flashAttn, PromptTokens: vsPrompt, GenerateTokens: vsGen, Repeats: o.Repeats})
 				if err != nil {
 					return err
 				}
 				return a.io.Result(cr, func(w io.Writer) {
-					fmt.Fprintf(w, "%s, %d threads, prompt %d / generate %d tokens\n", cr.Model, cr.Threads, cr.PromptTokens, cr.GenerateTokens)
+					fmt.Fprintf(w, "%s, %d threads, prompt %d / generate %d tokens, medians of %d alternating runs after a warm-up\n", cr.Model, cr.Threads, cr.PromptTokens, cr.GenerateTokens, cr.Repeats)
 					fmt.Fprintf(w, "  phonellm   prompt %8.1f tok/s   generate %7.1f tok/s\n", cr.EnginePromptPerSec, cr.EngineGeneratePerSec)
 					fmt.Fprintf(w, "  llama.cpp  prompt %8.1f tok/s   generate %7.1f tok/s\n", cr.LlamaCppPromptPerSec, cr.LlamaCppGeneratePerSec)
 					fmt.Fprintf(w, "  ratio      prompt %8.2f×        generate %7.2f×   same greedy tokens: %v\n", cr.PromptRatio, cr.GenerateRatio, cr.SameTokens)
@@ -87,7 +87,7 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 	f.IntSliceVar(&o.PromptLengths, "prompt", nil, "prompt lengths in tokens (default 512,7000)")
 	f.IntVar(&o.GenerateTokens, "gen", 0, "tokens to generate per measurement (default 128)")
 	f.IntSliceVar(&o.Concurrency, "concurrency", nil, "concurrency levels (default 1 and --parallel)")
-	f.IntVar(&o.Repeats, "repeats", 0, "repeats per measurement; the median is reported (default 1)")
+	f.IntVar(&o.Repeats, "repeats", 0, "repeats per measurement; the median is reported (default 1; 3 with --vs-llamacpp)")
 	f.StringSliceVar(&skip, "skip", nil, "parts to skip: prompt, generate, concurrency, fleet, prefix")
 	f.BoolVar(&vs, "vs-llamacpp", false, "time upstream llama.cpp (node-llama-cpp, scripts/setup-oracle.sh) on the same file, threads and prompt, and report ratios")
 	f.IntVar(&vsPrompt, "vs-prompt", 512, "with --vs-llamacpp: prompt tokens")

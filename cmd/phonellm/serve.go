@@ -27,6 +27,7 @@ type engineFlags struct {
 	ctx, batch          int
 	kvType              string
 	flashAttn           bool
+	noRepack            bool
 	alias               string
 }
 
@@ -40,6 +41,7 @@ func (f *engineFlags) add(cmd *cobra.Command) {
 	fl.IntVarP(&f.batch, "batch", "b", 512, "prompt batch size")
 	fl.StringVar(&f.kvType, "kv-type", "f16", "KV cache type: f16, q8_0 or q4_0")
 	fl.BoolVar(&f.flashAttn, "flash-attn", false, "use the fused attention kernel")
+	fl.BoolVar(&f.noRepack, "no-repack", false, "keep Q4_0/Q4_K/IQ4_NL matrices in ggml's plain layout instead of its interleaved GEMM layout (same results up to rounding, slower prompts)")
 	fl.StringVar(&f.alias, "alias", "", "model name to serve under (default: the file name without .gguf), like llama-server's --alias")
 }
 
@@ -51,7 +53,7 @@ func (f *engineFlags) load(ctx context.Context, path string) (runtime.Engine, er
 	switch f.engine {
 	case "go", "":
 		return goengine.Load(ctx, goengine.Options{Path: path, ID: f.alias, Threads: threads, Parallel: f.parallel,
-			ContextLength: f.ctx, BatchSize: f.batch, KVCacheType: f.kvType, FlashAttention: f.flashAttn})
+			ContextLength: f.ctx, BatchSize: f.batch, KVCacheType: f.kvType, FlashAttention: f.flashAttn, NoRepack: f.noRepack})
 	case "llama-server":
 		if f.llamaServer == "" {
 			return nil, usageError("--engine llama-server needs --llama-server PATH")
@@ -73,7 +75,7 @@ func (f *engineFlags) autotune(a *app, path string, force bool) error {
 		Version: buildVersion().Version, Force: force, Log: func(s string) { a.io.Printf("%s\n", s) },
 		Load: func(ctx context.Context, c autotune.Candidate) (runtime.Engine, error) {
 			return goengine.Load(ctx, goengine.Options{Path: path, Threads: c.Threads, BatchSize: c.BatchSize,
-				ContextLength: max(f.ctx, 1024), KVCacheType: f.kvType, FlashAttention: f.flashAttn})
+				ContextLength: max(f.ctx, 1024), KVCacheType: f.kvType, FlashAttention: f.flashAttn, NoRepack: f.noRepack})
 		}})
 	if err != nil {
 		return fmt.Errorf("autotune: %w", err)
@@ -154,8 +156,12 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 			defer eng.Close()
 			srv.SetEngine(eng)
 			info := eng.Info()
-			a.io.Printf("ready: %s (%s), %d slots × %d tokens, loaded in %s\n", info.ID, info.Architecture, info.Parallel,
-				info.ContextLength, time.Since(start).Round(time.Millisecond))
+			repacked := ""
+			if info.RepackedTensors > 0 {
+				repacked = fmt.Sprintf(", %d matrices in GEMM layout", info.RepackedTensors)
+			}
+			a.io.Printf("ready: %s (%s), %d slots × %d tokens%s, loaded in %s\n", info.ID, info.Architecture, info.Parallel,
+				info.ContextLength, repacked, time.Since(start).Round(time.Millisecond))
 			fmt.Fprintf(a.io.Out, "http://%s\n", ln.Addr())
 			return <-errc
 		},

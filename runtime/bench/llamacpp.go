@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +34,10 @@ type CompareOptions struct {
 	FlashAttention bool
 	// PromptTokens and GenerateTokens of the request; default 512 and 64.
 	PromptTokens, GenerateTokens int
+	// Repeats is the number of timed runs per engine after one untimed
+	// warm-up run each (which pages the weights in and sizes the buffers);
+	// runs alternate between the engines. Default 3.
+	Repeats int
 }
 
 // CompareResult puts phonellm's engine and upstream llama.cpp side by side
@@ -42,6 +48,7 @@ type CompareResult struct {
 	Threads                int     `json:"threads"`
 	PromptTokens           int     `json:"prompt_tokens"`
 	GenerateTokens         int     `json:"generate_tokens"`
+	Repeats                int     `json:"repeats"`
 	EnginePromptPerSec     float64 `json:"engine_prompt_tokens_per_second"`
 	EngineGeneratePerSec   float64 `json:"engine_generate_tokens_per_second"`
 	LlamaCppPromptPerSec   float64 `json:"llamacpp_prompt_tokens_per_second"`
@@ -53,7 +60,9 @@ type CompareResult struct {
 }
 
 // Compare times e and node-llama-cpp's llama.cpp on the GGUF at
-// e.Info().Path with one identical greedy request.
+// e.Info().Path with the same greedy request: one warm-up run each, then
+// o.Repeats timed runs from an empty cache, alternating between the two.
+// Rates are medians; ratios are the medians of the per-pair ratios.
 func Compare(ctx context.Context, e runtime.Engine, o CompareOptions) (CompareResult, error) {
 	info := e.Info()
 	if info.Path == "" {
@@ -81,6 +90,9 @@ func Compare(ctx context.Context, e runtime.Engine, o CompareOptions) (CompareRe
 	if o.GenerateTokens == 0 {
 		o.GenerateTokens = 64
 	}
+	if o.Repeats <= 0 {
+		o.Repeats = 3
+	}
 	if o.PromptTokens+o.GenerateTokens >= info.ContextLength {
 		return CompareResult{}, fmt.Errorf("bench: compare: %d+%d tokens exceed the %d-token context", o.PromptTokens, o.GenerateTokens, info.ContextLength)
 	}
@@ -89,53 +101,136 @@ func Compare(ctx context.Context, e runtime.Engine, o CompareOptions) (CompareRe
 	if err != nil {
 		return CompareResult{}, err
 	}
-	r, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
-	if err != nil {
-		return CompareResult{}, fmt.Errorf("bench: compare, engine: %w", err)
-	}
-
 	batch := info.BatchSize
 	if batch == 0 {
 		batch = 512
 	}
 	in, _ := json.Marshal(map[string]any{"dir": o.OracleDir, "model": info.Path, "threads": o.Threads,
 		"context": o.PromptTokens + o.GenerateTokens + 1, "batch": batch, "flash_attention": o.FlashAttention, "prompt": toks, "generate": o.GenerateTokens})
-	f, err := os.CreateTemp("", "phonellm-llamacpp-*.mjs")
+	lc, err := startLlamaCpp(ctx, o.Node, in)
 	if err != nil {
-		return CompareResult{}, fmt.Errorf("bench: compare: %w", err)
+		return CompareResult{}, err
 	}
-	defer os.Remove(f.Name())
-	_, werr := f.Write(llamacppScript)
-	if cerr := f.Close(); werr != nil || cerr != nil {
-		return CompareResult{}, fmt.Errorf("bench: compare: write script: %v", errors.Join(werr, cerr))
-	}
-	cmd := exec.CommandContext(ctx, o.Node, f.Name())
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	defer lc.close()
+
+	// Warm-up, one each: pages the weights in and sizes the buffers.
+	first, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
 	if err != nil {
-		return CompareResult{}, fmt.Errorf("bench: compare, node-llama-cpp: %w: %s", err, trimOut(stderr.Bytes()))
+		return CompareResult{}, fmt.Errorf("bench: compare, engine: %w", err)
 	}
-	var lc struct {
-		PromptSeconds   float64 `json:"prompt_seconds"`
-		GenerateSeconds float64 `json:"generate_seconds"`
-		Tokens          []int32 `json:"tokens"`
+	lcFirst, err := lc.run()
+	if err != nil {
+		return CompareResult{}, err
 	}
-	if err := json.Unmarshal(out, &lc); err != nil {
-		return CompareResult{}, fmt.Errorf("bench: compare, node-llama-cpp output %q: %w", trimOut(out), err)
+	// Timed runs alternate between the engines, so a slow spell of the
+	// machine hits both; the ratios are medians of the per-pair ratios.
+	var ep, eg, lp, lg, rp, rg []float64
+	for range o.Repeats {
+		r, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+		if err != nil {
+			return CompareResult{}, fmt.Errorf("bench: compare, engine: %w", err)
+		}
+		l, err := lc.run()
+		if err != nil {
+			return CompareResult{}, err
+		}
+		ep = append(ep, rate(o.PromptTokens, r.Timings.PromptDuration.Seconds()))
+		eg = append(eg, r.Timings.GeneratePerSecond())
+		lp = append(lp, rate(o.PromptTokens, l.PromptSeconds))
+		lg = append(lg, rate(o.GenerateTokens-1, l.GenerateSeconds))
+		if lp[len(lp)-1] > 0 && lg[len(lg)-1] > 0 {
+			rp = append(rp, ep[len(ep)-1]/lp[len(lp)-1])
+			rg = append(rg, eg[len(eg)-1]/lg[len(lg)-1])
+		}
 	}
 	res := CompareResult{Model: info.Path, Threads: o.Threads, PromptTokens: o.PromptTokens, GenerateTokens: o.GenerateTokens,
-		EnginePromptPerSec: rate(o.PromptTokens, r.Timings.PromptDuration.Seconds()), EngineGeneratePerSec: r.Timings.GeneratePerSecond(),
-		LlamaCppPromptPerSec: rate(o.PromptTokens, lc.PromptSeconds), LlamaCppGeneratePerSec: rate(o.GenerateTokens-1, lc.GenerateSeconds),
-		SameTokens: slices.Equal(r.Tokens, lc.Tokens)}
-	if res.LlamaCppPromptPerSec > 0 {
-		res.PromptRatio = res.EnginePromptPerSec / res.LlamaCppPromptPerSec
-	}
-	if res.LlamaCppGeneratePerSec > 0 {
-		res.GenerateRatio = res.EngineGeneratePerSec / res.LlamaCppGeneratePerSec
-	}
+		Repeats: o.Repeats, EnginePromptPerSec: median(ep), EngineGeneratePerSec: median(eg),
+		LlamaCppPromptPerSec: median(lp), LlamaCppGeneratePerSec: median(lg),
+		PromptRatio: median(rp), GenerateRatio: median(rg),
+		SameTokens: slices.Equal(first.Tokens, lcFirst.Tokens)}
 	return res, nil
+}
+
+// llamaCpp is a running llamacpp.mjs: one request line in, then one run per
+// "run" line, each answered with one JSON line.
+type llamaCpp struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *bytes.Buffer
+	script string
+}
+
+// llamaCppRun is one timed request of llamacpp.mjs.
+type llamaCppRun struct {
+	PromptSeconds   float64 `json:"prompt_seconds"`
+	GenerateSeconds float64 `json:"generate_seconds"`
+	Tokens          []int32 `json:"tokens"`
+}
+
+func startLlamaCpp(ctx context.Context, node string, req []byte) (*llamaCpp, error) {
+	f, err := os.CreateTemp("", "phonellm-llamacpp-*.mjs")
+	if err != nil {
+		return nil, fmt.Errorf("bench: compare: %w", err)
+	}
+	_, werr := f.Write(llamacppScript)
+	if cerr := f.Close(); werr != nil || cerr != nil {
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("bench: compare: write script: %v", errors.Join(werr, cerr))
+	}
+	l := &llamaCpp{script: f.Name(), stderr: &bytes.Buffer{}}
+	l.cmd = exec.CommandContext(ctx, node, f.Name())
+	l.cmd.Stderr = l.stderr
+	if l.in, err = l.cmd.StdinPipe(); err == nil {
+		var out io.ReadCloser
+		if out, err = l.cmd.StdoutPipe(); err == nil {
+			l.out = bufio.NewReaderSize(out, 1<<16)
+			err = l.cmd.Start()
+		}
+	}
+	if err == nil {
+		_, err = l.in.Write(append(req, '\n'))
+	}
+	if err != nil {
+		l.close()
+		return nil, fmt.Errorf("bench: compare, node-llama-cpp: %w", err)
+	}
+	return l, nil
+}
+
+// run asks for one more run and reads its result.
+func (l *llamaCpp) run() (llamaCppRun, error) {
+	var r llamaCppRun
+	if _, err := io.WriteString(l.in, "run\n"); err != nil {
+		return r, l.fail(err)
+	}
+	line, err := l.out.ReadBytes('\n')
+	if err != nil {
+		return r, l.fail(err)
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		return r, fmt.Errorf("bench: compare, node-llama-cpp output %q: %w", trimOut(line), err)
+	}
+	return r, nil
+}
+
+// fail reports err with the script's exit status and the end of its stderr.
+func (l *llamaCpp) fail(err error) error {
+	l.in.Close()
+	if werr := l.cmd.Wait(); werr != nil {
+		err = werr
+	}
+	return fmt.Errorf("bench: compare, node-llama-cpp: %w: %s", err, trimOut(l.stderr.Bytes()))
+}
+
+func (l *llamaCpp) close() {
+	if l.in != nil {
+		l.in.Close()
+	}
+	if l.cmd.Process != nil {
+		l.cmd.Wait()
+	}
+	os.Remove(l.script)
 }
 
 func trimOut(b []byte) string {

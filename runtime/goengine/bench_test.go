@@ -117,7 +117,9 @@ func BenchmarkEngine(b *testing.B) {
 }
 
 // TestCompareWithLlamaCpp runs bench.Compare (the engine against
-// node-llama-cpp on the same file) on a tiny model; it needs the oracle.
+// node-llama-cpp on the same file: a warm-up each, then three timed runs
+// alternating with node-llama-cpp kept loaded) on a tiny model; it needs
+// the oracle.
 func TestCompareWithLlamaCpp(t *testing.T) {
 	dir := oracleDir(t)
 	e := load(t, tinySpec{arch: "qwen3", seed: 51}, Options{ContextLength: 1024})
@@ -125,7 +127,7 @@ func TestCompareWithLlamaCpp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.SameTokens || r.EnginePromptPerSec <= 0 || r.LlamaCppPromptPerSec <= 0 || r.GenerateRatio <= 0 {
+	if !r.SameTokens || r.Repeats != 3 || r.EnginePromptPerSec <= 0 || r.LlamaCppPromptPerSec <= 0 || r.PromptRatio <= 0 || r.GenerateRatio <= 0 {
 		t.Fatalf("%+v", r)
 	}
 	t.Logf("engine/llama.cpp: prompt %.2f, generate %.2f", r.PromptRatio, r.GenerateRatio)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -25,6 +26,7 @@ import (
 	_ "github.com/ollama/ollama/model/models/qwen3next"
 
 	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/goengine/internal/repack"
 )
 
 // Architectures lists the general.architecture values this engine runs.
@@ -49,6 +51,10 @@ type Options struct {
 	KVCacheType string
 	// FlashAttention enables the fused attention kernel.
 	FlashAttention bool
+	// NoRepack keeps quantized matrices in ggml's plain block layout instead
+	// of the interleaved layouts of ggml-cpu's GEMM kernels (see package
+	// repack); the output is the same, prompts are slower.
+	NoRepack bool
 }
 
 // Validate checks o.
@@ -93,6 +99,9 @@ type Engine struct {
 	slots     []*slot
 	next      int
 	recurrent bool // the cache keeps recurrent state (qwen35): see plan
+
+	packed   *repack.Packed // repack buffer of the weights, freed after the backend
+	repacked repack.Stats
 }
 
 var _ runtime.Engine = (*Engine)(nil)
@@ -182,6 +191,13 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 			return nil, fmt.Errorf("goengine: finish loading %s: %w", o.Path, err)
 		}
 	}
+	if !o.NoRepack {
+		e.packed, e.repacked, err = repack.Model(m.Backend())
+		if err != nil {
+			// The plain layout computes the same thing, only slower.
+			slog.Warn("goengine: weights keep the plain layout", "model", o.Path, "error", err)
+		}
+	}
 
 	e.setupVocab()
 	cfg := m.Backend().Config()
@@ -195,7 +211,7 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		ID: o.ID, Path: o.Path, Architecture: kv.Architecture(), Engine: "goengine",
 		ContextLength: o.ContextLength, TrainContextLength: train, Parallel: o.Parallel,
 		Threads: o.Threads, BatchSize: o.BatchSize, VocabSize: len(e.vocab.Values),
-		HasChatTemplate: src != "",
+		HasChatTemplate: src != "", RepackedTensors: e.repacked.Tensors,
 	}
 	e.cond = sync.NewCond(&e.mu)
 	e.sem = make(chan struct{}, o.Parallel)
@@ -389,4 +405,5 @@ func (e *Engine) closeModel() {
 		e.cache.Close()
 	}
 	e.m.Backend().Close()
+	e.packed.Free()
 }
