@@ -202,7 +202,7 @@ func selectPrompts(t *testing.T, e *Engine, msgs []string, n int) []candidate {
 
 // pipelineGGUFs generates the tiny preset checkpoint, converts it to F16 and
 // quantizes that to Q4_K_M with phonellm's quantizer, returning both paths.
-func pipelineGGUFs(t *testing.T, preset string) (f16, q4 string) {
+func pipelineGGUFs(t testing.TB, preset string) (f16, q4 string) {
 	t.Helper()
 	spec, ok := tinymodel.Preset(preset)
 	if !ok {

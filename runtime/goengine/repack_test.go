@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -199,4 +200,53 @@ func TestRepackMatchesPlainLayout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkMulmat times one weight matrix of each converted type times 512
+// activation rows (a prompt batch), in the plain layout and converted, on
+// the tiny qwen3 Q4_K_M file (PHONELLM_BENCH_GGUF overrides it); compare the
+// ns/op of the two sub-benchmarks of a type:
+//
+//	go test -run '^$' -bench Mulmat ./runtime/goengine/
+func BenchmarkMulmat(b *testing.B) {
+	path := os.Getenv("PHONELLM_BENCH_GGUF")
+	if path == "" {
+		_, path = pipelineGGUFs(b, "qwen3")
+	}
+	var engines [2]*Engine
+	for i, noRepack := range []bool{true, false} {
+		e, err := Load(context.Background(), Options{Path: path, Threads: 2, ContextLength: 1024, NoRepack: noRepack})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close()
+		engines[i] = e
+	}
+	done := map[string]bool{}
+	for ti, name := range engines[1].repacked.Names {
+		typ := engines[1].repacked.Types[ti]
+		if done[typ] {
+			continue
+		}
+		done[typ] = true
+		cols := engines[1].m.Backend().Get(name).Dim(0)
+		x := exactQ8(rand.New(rand.NewPCG(1, 2)), cols*512)
+		for i, label := range []string{"plain", "converted"} {
+			b.Run(typ+"/"+label, func(b *testing.B) {
+				for b.Loop() {
+					mulmatB(b, engines[i], name, x, 512)
+				}
+			})
+		}
+	}
+}
+
+// mulmatB is mulmat for benchmarks.
+func mulmatB(b *testing.B, e *Engine, name string, x []float32, n int) {
+	ggmlMu.Lock()
+	defer ggmlMu.Unlock()
+	ctx := e.m.Backend().NewContext()
+	defer ctx.Close()
+	y := e.m.Backend().Get(name).Mulmat(ctx, ctx.Input().FromFloats(x, len(x)/n, n))
+	ctx.Forward(y).Compute(y)
 }
