@@ -15,6 +15,9 @@ import (
 type loaded struct {
 	ops   []loadedOp
 	bytes int64
+	// the float32 path (fastPlan): every op's factors concatenated, R = r32 columns of u, rows of v
+	r32      int
+	u32, v32 []float32
 }
 
 type loadedOp struct {
@@ -102,6 +105,10 @@ func (s *Source) load(ctx context.Context, pl *plan) (*loaded, error) {
 			}
 			ld.bytes += int64(len(m)) * 8
 		}
+	}
+	if fastPlan(pl) {
+		fastFactors(pl, ld)
+		return ld, nil
 	}
 	for i, o := range pl.ops {
 		if o.kind != opDoRACol {

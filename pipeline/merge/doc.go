@@ -14,14 +14,30 @@
 //
 // r and alpha per module come from rank_pattern / alpha_pattern with PEFT's get_pattern_key rule: the first key,
 // in the JSON object's order, for which re.match(`(.*\.)?(key)$`, module) matches; r must equal the factors'
-// rank. Several adapters are applied in order. Everything is computed in float64 and rounded once, to nearest
-// even, to the base tensor's dtype (PEFT itself rounds to the weight dtype after each step, so it can differ
-// from this exactly-rounded result by one ulp in rare cases).
+// rank. Several adapters are applied in order, and every merged value is rounded once, to nearest even, to the
+// base tensor's dtype. A BF16 or F16 tensor that only LoRA updates change (the common case: every linear layer
+// of a 16-bit checkpoint) accumulates in float32, as
 //
-// Speed: the rank-r update x[j] = fma(u[k], v[k,j], x[j]) (k in order) has a plain-Go specification
-// (lowRankGo) and AVX2/FMA kernels on amd64 that perform the same fused operations in the same order, four rows
-// by eight columns at a time, so their results are identical bit for bit (tests compare them); bf16
-// decoding/rounding has the same pair. Unchanged tensors are copied byte for byte.
+//	x[j] = float32(u[k]·v[k,j]) + x[j]    k = 0 … R-1 in order, u = float32(weight·s·B), v = A, x₀ = W
+//
+// over all R rank components of all its adapters, and the float32 sum is rounded to the dtype. Its error
+// before that rounding is at most (R+3)·2⁻²⁴·(|W| + Σ|s·B·A|), so it equals the exactly rounded result except
+// for values within that distance of a rounding boundary (a few in 10⁵ in the tests), which may round to the
+// neighbour instead. Everything else (F32 tensors, DoRA, LoRA biases, saved tensors, and chains of them) is
+// computed in float64 and rounded once. PEFT itself rounds to the weight dtype after each step, so it can
+// differ from either result by one ulp in rare cases.
+//
+// Speed: the float32 update has a plain-Go specification (lowRank32Go: a rounded multiply, then a rounded
+// add, never fused) and an AVX2 kernel on amd64 that performs the same operations in the same order, four
+// rows by sixteen columns at a time; the float64 update x[j] = fma(u[k], v[k,j], x[j]) has lowRankGo and its
+// AVX2/FMA kernels. Each pair gives identical bits (tests compare them), as do the bf16 encode/decode pairs.
+// Unchanged tensors are copied byte for byte.
+//
+// [Run] reads each base safetensors file once where it can: the file is mapped, the provenance hash walks it
+// in order while the merge decodes and copies tensors from the same pages (see baseMaps), and the output is
+// written with direct I/O (safetensors.WriterOptions.Direct), its sha256 computed alongside. One pipeline
+// runs through every tensor of every shard (computing, copying, hashing and writing overlap), and while it
+// runs GOMAXPROCS is doubled if it is at its default (raiseProcs says why).
 //
 // [Wrap] exposes the merged model as a [pipeline.TensorSource] so convert/quantize can merge on the fly;
 // [Run] writes a merged checkpoint directory atomically. Every adapter tensor must land on a base tensor with

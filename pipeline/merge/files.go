@@ -133,8 +133,17 @@ type inputHashes struct {
 	mu       sync.Mutex
 }
 
-func startHashes(ctx context.Context, base string, ads []Adapter) *inputHashes {
+func startHashes(ctx context.Context, base string, ads []Adapter, maps *baseMaps) *inputHashes {
 	h := &inputHashes{adapters: make([][]FileHash, len(ads))}
+	if ents, err := os.ReadDir(base); err == nil { // the files hashDir will hash (errors: see hashDir)
+		for _, e := range ents {
+			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+				if bm := maps.file(filepath.Join(base, e.Name())); bm != nil {
+					bm.claim()
+				}
+			}
+		}
+	}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -160,7 +169,7 @@ func startHashes(ctx context.Context, base string, ads []Adapter) *inputHashes {
 				if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") || !keep(e.Name()) {
 					continue
 				}
-				n, sum, err := hashInput(ctx, filepath.Join(dir, e.Name()))
+				n, sum, err := hashInput(ctx, filepath.Join(dir, e.Name()), maps)
 				if err != nil {
 					fail(fmt.Errorf("merge: %w", err))
 					return nil
@@ -179,8 +188,9 @@ func startHashes(ctx context.Context, base string, ads []Adapter) *inputHashes {
 
 // hashInput returns a file's size and sha256. A file of the Hugging Face cache (a symlink into blobs/) whose
 // blob is named by 64 hex digits is an LFS object named by its sha256, verified by the hub client when it was
-// downloaded; its name is used instead of re-reading gigabytes.
-func hashInput(ctx context.Context, path string) (int64, string, error) {
+// downloaded; its name is used instead of re-reading gigabytes. A file the merge has mapped (baseMaps) is
+// hashed from the map, so the merge reads the same pages.
+func hashInput(ctx context.Context, path string, maps *baseMaps) (int64, string, error) {
 	if target, err := filepath.EvalSymlinks(path); err == nil && target != path {
 		name := filepath.Base(target)
 		if filepath.Base(filepath.Dir(target)) == "blobs" && isHex64(name) {
@@ -188,6 +198,9 @@ func hashInput(ctx context.Context, path string) (int64, string, error) {
 				return fi.Size(), name, nil
 			}
 		}
+	}
+	if bm := maps.file(path); bm != nil {
+		return bm.hash(ctx)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -261,7 +274,7 @@ type provAdapter struct {
 	Files       []FileHash `json:"files"`
 }
 
-const formulaDoc = "W' = W + weight·(alpha/r)·(B·A) (alpha/√r with use_rslora; (B·A)ᵀ for embeddings and fan_in_fan_out; DoRA: W' = m·V/‖V‖, V = W + ΔW), computed in float64, rounded once to the base dtype (round to nearest even); adapters applied in order"
+const formulaDoc = "W' = W + weight·(alpha/r)·(B·A) (alpha/√r with use_rslora; (B·A)ᵀ for embeddings and fan_in_fan_out; DoRA: W' = m·V/‖V‖, V = W + ΔW); adapters applied in order; BF16/F16 tensors changed by LoRA only are accumulated in float32, everything else in float64; rounded once to the base dtype (round to nearest even)"
 
 func writeProvenance(dir string, o Options, ads []Adapter, in *inputHashes, report *Report, outputs []pipeline.Artifact) (pipeline.Artifact, error) {
 	p := provenance{Tool: "phonellm merge", Formula: formulaDoc, Untied: report.Untied, Tensors: report.Tensors, Notes: report.Notes}

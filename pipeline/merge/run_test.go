@@ -243,12 +243,12 @@ func TestHashInputHFCache(t *testing.T) {
 	snap := filepath.Join(dir, "snapshots")
 	os.MkdirAll(snap, 0o755)
 	os.Symlink(filepath.Join(blobs, name), filepath.Join(snap, "model.safetensors"))
-	n, sum, err := hashInput(context.Background(), filepath.Join(snap, "model.safetensors"))
+	n, sum, err := hashInput(context.Background(), filepath.Join(snap, "model.safetensors"), nil)
 	if err != nil || sum != name || n != 22 {
 		t.Errorf("cache file: %d %s %v", n, sum, err)
 	}
 	os.WriteFile(filepath.Join(snap, "plain.json"), []byte("x"), 0o644)
-	if _, sum, _ := hashInput(context.Background(), filepath.Join(snap, "plain.json")); sum != "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881" {
+	if _, sum, _ := hashInput(context.Background(), filepath.Join(snap, "plain.json"), nil); sum != "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881" {
 		t.Errorf("plain file hash %s", sum)
 	}
 }

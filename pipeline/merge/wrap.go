@@ -48,7 +48,10 @@ type Source struct {
 	infos    []pipeline.TensorInfo
 	plans    map[string]*plan
 	cache    *factorCache
+	f32s     freeList[float32]       // row scratch of the float32 path
+	outs     freeList[byte]          // encoded row blocks
 	raw      *safetensors.Checkpoint // the base's files, when the output stage reads them directly
+	maps     *baseMaps               // raw's files mapped, shared with the provenance hash (Run)
 }
 
 var _ pipeline.TensorSource = (*Source)(nil)
@@ -99,7 +102,8 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 	if err := p.scan(ctx); err != nil {
 		return nil, nil, err
 	}
-	s := &Source{base: base, adapters: adapters, plans: p.plans, cache: newFactorCache(defaultCacheBytes)}
+	s := &Source{base: base, adapters: adapters, plans: p.plans, cache: newFactorCache(defaultCacheBytes),
+		f32s: newFreeList[float32](8), outs: newFreeList[byte](8)}
 	s.infos = slices.Clone(base.Tensors())
 	if untied && p.tied {
 		s.infos = append(s.infos, p.plans[lmHead].info)
@@ -188,8 +192,9 @@ func (s *Source) Tensors() []pipeline.TensorInfo { return s.infos }
 // Changed reports whether a tensor differs from the base's.
 func (s *Source) Changed(name string) bool { return s.plans[name] != nil }
 
-// ReadRows returns rows [row0, row0+n) of a merged tensor as float32. Changed tensors are computed in float64
-// and rounded once to their dtype, so the values are exactly what a merged checkpoint stores.
+// ReadRows returns rows [row0, row0+n) of a merged tensor as float32. Changed tensors are computed as [Run]
+// computes them (see the package documentation) and rounded once to their dtype, so the values are exactly
+// what a merged checkpoint stores.
 func (s *Source) ReadRows(ctx context.Context, name string, row0, n int64, dst []float32) ([]float32, error) {
 	pl := s.plans[name]
 	if pl == nil {
@@ -212,6 +217,19 @@ func (s *Source) ReadRows(ctx context.Context, name string, row0, n int64, dst [
 	for r := row0; r < row0+n; r += per {
 		k := min(per, row0+n-r)
 		part := dst[(r-row0)*cols : (r-row0+k)*cols]
+		if fastPlan(pl) {
+			bp := s.outs.get(2 * k * cols)
+			b := *bp
+			err := s.rows16(ctx, pl, r, k, b)
+			if err == nil {
+				decode16(pl.info.DType, part, b)
+			}
+			s.outs.put(bp)
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
 		err := s.rows(ctx, pl, r, k, func(x []float64) error {
 			if j := roundBlock(pl.info.DType, part, x); j >= 0 {
 				return notFinite(pl, r, cols, j, x[j])
