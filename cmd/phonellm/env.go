@@ -20,7 +20,7 @@ var environment = []envVar{
 	{"HF_HOME", "~/.cache/huggingface", "Hugging Face cache and token folder (hub/ cache layout, token file)"},
 	{"HF_ENDPOINT", "https://huggingface.co", "Hub endpoint (set to a mirror or a test Hub)"},
 	{"HF_HUB_CACHE", "$HF_HOME/hub", "Hub download cache (huggingface_hub's layout: blobs, snapshots, refs)"},
-	{"PHONELLM_HOME", "~/.cache/phonellm", "phonellm's own cache: npm tools, auto-tune results, fleet state"},
+	{"PHONELLM_HOME", "~/.cache/phonellm", "phonellm's own cache: npm tools, auto-tune results, fleet state, sha256 of merged base files"},
 	{"PHONELLM_WORKSPACE", "nearest folder with phonellm.yaml", "workspace folder to use instead of searching upward"},
 	{"PHONELLM_THREADS", "all cores", "default worker threads for quantize and serve"},
 	{"PHONELLM_API_KEY", "", "API key clients must send to serve/gateway (Bearer); same as --api-key"},

@@ -94,7 +94,8 @@ merge on the fly with --lora.`,
 					return a.io.Result(rec, func(w io.Writer) { fmt.Fprintln(w, out) })
 				}
 			}
-			res, err := merge.Run(a.ctx, merge.Options{Base: base, Adapters: mrefs, Out: out, MaxShardBytes: shard, Threads: threads}, a.reporter())
+			res, err := merge.Run(a.ctx, merge.Options{Base: base, Adapters: mrefs, Out: out, MaxShardBytes: shard, Threads: threads,
+				HashCache: filepath.Join(phonellmHome(), "hashes")}, a.reporter())
 			if err != nil {
 				return err
 			}

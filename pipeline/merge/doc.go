@@ -37,7 +37,9 @@
 // in order while the merge decodes and copies tensors from the same pages (see baseMaps), and the output is
 // written with direct I/O (safetensors.WriterOptions.Direct), its sha256 computed alongside. One pipeline
 // runs through every tensor of every shard (computing, copying, hashing and writing overlap), and while it
-// runs GOMAXPROCS is doubled if it is at its default (raiseProcs says why).
+// runs GOMAXPROCS is doubled if it is at its default (raiseProcs says why). With Options.HashCache a base file
+// whose identity (path, size, times, inode, device; package hashcache) is unchanged since an earlier merge
+// keeps its recorded sha256 and is not hashed again.
 //
 // [Wrap] exposes the merged model as a [pipeline.TensorSource] so convert/quantize can merge on the fly;
 // [Run] writes a merged checkpoint directory atomically. Every adapter tensor must land on a base tensor with

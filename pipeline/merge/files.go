@@ -13,9 +13,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/pipeline/internal/hashcache"
 )
 
 // tokenizerFiles are the files that describe tokenization and chat formatting. A training run that saved them
@@ -133,14 +135,22 @@ type inputHashes struct {
 	mu       sync.Mutex
 }
 
-func startHashes(ctx context.Context, base string, ads []Adapter, maps *baseMaps) *inputHashes {
+func startHashes(ctx context.Context, base string, ads []Adapter, maps *baseMaps, cache *hashcache.Cache) *inputHashes {
 	h := &inputHashes{adapters: make([][]FileHash, len(ads))}
+	// Base files whose hash the cache holds are not read; the hasher claims the others' mapped pages.
+	known := map[string]FileHash{}
 	if ents, err := os.ReadDir(base); err == nil { // the files hashDir will hash (errors: see hashDir)
 		for _, e := range ents {
-			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-				if bm := maps.file(filepath.Join(base, e.Name())); bm != nil {
-					bm.claim()
-				}
+			if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			path := filepath.Join(base, e.Name())
+			if n, sum, ok := cache.Get(path); ok {
+				known[path] = FileHash{Name: e.Name(), Size: n, SHA256: sum}
+				continue
+			}
+			if bm := maps.file(path); bm != nil {
+				bm.claim()
 			}
 		}
 	}
@@ -169,10 +179,20 @@ func startHashes(ctx context.Context, base string, ads []Adapter, maps *baseMaps
 				if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") || !keep(e.Name()) {
 					continue
 				}
-				n, sum, err := hashInput(ctx, filepath.Join(dir, e.Name()), maps)
+				path := filepath.Join(dir, e.Name())
+				if k, ok := known[path]; ok {
+					out = append(out, k)
+					continue
+				}
+				id, cacheable, _ := hashcache.Stat(path)
+				started := time.Now()
+				n, sum, err := hashInput(ctx, path, maps)
 				if err != nil {
 					fail(fmt.Errorf("merge: %w", err))
 					return nil
+				}
+				if cacheable && dir == base {
+					cache.Put(path, id, started, sum) // a failed write only costs hashing again next time
 				}
 				out = append(out, FileHash{Name: e.Name(), Size: n, SHA256: sum})
 			}

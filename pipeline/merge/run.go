@@ -15,6 +15,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/pipeline/internal/hashcache"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
@@ -31,6 +32,9 @@ type Options struct {
 	Out           string       // output folder; required. Replaced only if it is empty or an earlier merge
 	MaxShardBytes int64        // tensor bytes per shard; 0 = DefaultMaxShardBytes
 	Threads       int          // worker goroutines; 0 = all cores
+	// HashCache is a folder remembering the sha256 of base files by their file-system identity (package
+	// hashcache), so a base merged before is not read again for the provenance hashes; "" = hash every time.
+	HashCache string
 }
 
 // Validate checks the options without touching files.
@@ -141,7 +145,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 
 	src.maps = mapBase(raw) // nil where mapping is impossible: then pread
 	hctx, hcancel := context.WithCancel(ctx)
-	hashes := startHashes(hctx, o.Base, ads, src.maps)
+	hashes := startHashes(hctx, o.Base, ads, src.maps, hashcache.Open(o.HashCache))
 	defer func() { // the hasher reads the maps: stop it before they go
 		hcancel()
 		hashes.wait()

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/pipeline/internal/hashcache"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
@@ -371,5 +373,81 @@ func TestWrapEqualsWrittenCheckpoint(t *testing.T) {
 	}
 	if changed == 0 {
 		t.Fatal("nothing changed")
+	}
+}
+
+// TestHashCache: with Options.HashCache a base merged before is not read again for the provenance hashes
+// (the record then carries the cached values), and a base file that changed is hashed again.
+func TestHashCache(t *testing.T) {
+	old := hashcache.RacyMargin
+	hashcache.RacyMargin = 0 // the base was just written; see hashcache.Put
+	defer func() { hashcache.RacyMargin = old }()
+	dir := t.TempDir()
+	spec := preset(t, "qwen3")
+	base := genBase(t, filepath.Join(dir, "base"), spec)
+	ad := genAdapter(t, filepath.Join(dir, "a"), spec, tinymodel.AdapterSpec{Seed: 1, TargetModules: []string{"q_proj"}})
+	cache := filepath.Join(dir, "hashes")
+	files := func(out string) map[string]FileHash {
+		t.Helper()
+		if _, err := Run(context.Background(), Options{Base: base, Adapters: []AdapterRef{{Path: ad}}, Out: out, HashCache: cache}, nil); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(out, ProvenanceName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p provenance
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]FileHash{}
+		for _, f := range p.Base.Files {
+			m[f.Name] = f
+		}
+		return m
+	}
+	first := files(filepath.Join(dir, "out1"))
+	for name, f := range first {
+		if n, sum, err := hashFile(filepath.Join(base, name)); err != nil || n != f.Size || sum != f.SHA256 {
+			t.Fatalf("%s: provenance %d %s, file %d %s (%v)", name, f.Size, f.SHA256, n, sum, err)
+		}
+	}
+	ents, _ := os.ReadDir(cache)
+	if len(ents) != len(first) {
+		t.Fatalf("cache holds %d entries for %d base files", len(ents), len(first))
+	}
+
+	// Plant a recognisable value in every entry: a second merge that reports it took the hash from the cache.
+	const planted = "0000000000000000000000000000000000000000000000000000000000000000"
+	for _, e := range ents {
+		p := filepath.Join(cache, e.Name())
+		b, _ := os.ReadFile(p)
+		var m map[string]any
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.UseNumber() // nanosecond times do not survive float64
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		m["sha256"] = planted
+		b, _ = json.Marshal(m)
+		os.WriteFile(p, b, 0o644)
+	}
+	for name, f := range files(filepath.Join(dir, "out2")) {
+		if f.SHA256 != planted {
+			t.Errorf("%s: second merge hashed the file again (%s) instead of using the cache", name, f.SHA256)
+		}
+	}
+
+	// Rewriting a base file with the same bytes changes its identity: it is hashed again, the others not.
+	cfg := filepath.Join(base, "config.json")
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third := files(filepath.Join(dir, "out3"))
+	for name, f := range third {
+		if want := map[bool]string{true: first[name].SHA256, false: planted}[name == "config.json"]; f.SHA256 != want {
+			t.Errorf("%s after rewriting config.json: %s, want %s", name, f.SHA256, want)
+		}
 	}
 }
