@@ -5,7 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
-export CI="${CI:-}"
+# node-llama-cpp reads CI as a boolean and refuses to load on anything else (an empty CI included).
+if [ -n "${CI+set}" ]; then
+	case "$CI" in
+	true | false | TRUE | FALSE | 1 | 0) ;;
+	"") unset CI ;;
+	*) export CI=true ;;
+	esac
+fi
 # Tests that need an oracle (node-llama-cpp, npm clients) fail instead of skipping when it is missing.
 export PHONELLM_REQUIRE_ORACLE=1
 
