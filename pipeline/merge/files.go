@@ -213,7 +213,7 @@ func startHashes(ctx context.Context, base string, ads []Adapter, maps *baseMaps
 func hashInput(ctx context.Context, path string, maps *baseMaps) (int64, string, error) {
 	if target, err := filepath.EvalSymlinks(path); err == nil && target != path {
 		name := filepath.Base(target)
-		if filepath.Base(filepath.Dir(target)) == "blobs" && isHex64(name) {
+		if filepath.Base(filepath.Dir(target)) == "blobs" && fsx.IsSHA256Hex(name) {
 			if fi, err := os.Stat(target); err == nil {
 				return fi.Size(), name, nil
 			}
@@ -246,18 +246,6 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
-}
-
-func isHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func (h *inputHashes) wait() (*inputHashes, error) {

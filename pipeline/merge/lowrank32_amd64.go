@@ -15,18 +15,9 @@ func lowRank32x4Vec(x, u, v []float32, n, cols, r int) int {
 	}
 	var ugs [4 * 64]float32
 	ug := ugs[:0]
-	if 4*r <= len(ugs) {
-		ug = ugs[:4*r]
-	} else {
-		ug = make([]float32, 4*r)
-	}
 	i := 0
 	for ; i+4 <= n; i += 4 {
-		for k := 0; k < r; k++ {
-			for q := 0; q < 4; q++ {
-				ug[k*4+q] = u[(i+q)*r+k]
-			}
-		}
+		ug = interleave4(ug, u, i, r)
 		_ = x[(i+3)*cols+nv-1]
 		lowRank32x4AVX2(&x[i*cols], cols, nv, &ug[0], r, &v[0], cols)
 		if nv < cols {
@@ -83,18 +74,9 @@ func fusedBF16Rows(dst, src []byte, u, v []float32, n, cols, r int) int {
 	_ = v[r*cols-1]
 	var ugs [4 * 64]float32
 	ug := ugs[:0]
-	if 4*r <= len(ugs) {
-		ug = ugs[:4*r]
-	} else {
-		ug = make([]float32, 4*r)
-	}
 	i := 0
 	for ; i+4 <= n; i += 4 {
-		for k := 0; k < r; k++ {
-			for q := 0; q < 4; q++ {
-				ug[k*4+q] = u[(i+q)*r+k]
-			}
-		}
+		ug = interleave4(ug, u, i, r)
 		if fused4BF16AVX2(&dst[2*i*cols], &src[2*i*cols], 2*cols, cols, &ug[0], r, &v[0], cols) != 0 {
 			break
 		}

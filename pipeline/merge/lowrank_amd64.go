@@ -33,14 +33,10 @@ func lowRank4Vec(x, u, v []float64, n, cols, r int) int {
 	if !haveAVX2FMA || nv == 0 || n < 4 {
 		return 0
 	}
-	ug := make([]float64, 4*r)
+	var ug []float64
 	i := 0
 	for ; i+4 <= n; i += 4 {
-		for k := 0; k < r; k++ {
-			for q := 0; q < 4; q++ {
-				ug[k*4+q] = u[(i+q)*r+k]
-			}
-		}
+		ug = interleave4(ug, u, i, r)
 		_ = x[(i+3)*cols+nv-1]
 		lowRank4AVX2(&x[i*cols], cols, nv, &ug[0], r, &v[0], cols)
 		if nv < cols {
@@ -79,4 +75,19 @@ func decodeBF16Vec(dst []float64, b []byte) int {
 	_ = b[2*n-1]
 	decodeBF16AVX2(&dst[0], &b[0], n)
 	return n
+}
+
+// interleave4 puts rows i..i+3 of u (r values each) in the order the four-row AVX2 kernels read them,
+// ug[k*4+q] = u[(i+q)*r+k], reusing buf when it is large enough.
+func interleave4[T float32 | float64](buf, u []T, i, r int) []T {
+	if cap(buf) < 4*r {
+		buf = make([]T, 4*r)
+	}
+	ug := buf[:4*r]
+	for k := 0; k < r; k++ {
+		for q := 0; q < 4; q++ {
+			ug[k*4+q] = u[(i+q)*r+k]
+		}
+	}
+	return ug
 }

@@ -150,3 +150,16 @@ func HashFile(path string) (int64, string, error) {
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// IsSHA256Hex reports whether s is a sha256 as HashFile and File.Sum write it: 64 lowercase hex digits.
+func IsSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -72,7 +72,7 @@ func (c *Cache) Get(path string) (size int64, sum string, ok bool) {
 		return 0, "", false
 	}
 	var e entry
-	if json.Unmarshal(b, &e) != nil || e.Path != abs || e.ID != id || !isHex64(e.SHA256) {
+	if json.Unmarshal(b, &e) != nil || e.Path != abs || e.ID != id || !fsx.IsSHA256Hex(e.SHA256) {
 		return 0, "", false
 	}
 	return id.Size, e.SHA256, true
@@ -88,7 +88,7 @@ var RacyMargin = 2 * time.Second
 // returned) when the file changed meanwhile, when its change time is less
 // than RacyMargin older than started, or on a platform without identities.
 func (c *Cache) Put(path string, before Identity, started time.Time, sum string) error {
-	if c == nil || !isHex64(sum) {
+	if c == nil || !fsx.IsSHA256Hex(sum) {
 		return nil
 	}
 	abs, err := filepath.Abs(path)
@@ -120,16 +120,4 @@ func (c *Cache) Put(path string, before Identity, started time.Time, sum string)
 func (c *Cache) file(abs string) string {
 	h := sha256.Sum256([]byte(abs))
 	return filepath.Join(c.dir, hex.EncodeToString(h[:16])+".json")
-}
-
-func isHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
