@@ -16,7 +16,7 @@ import (
 
 // mulmat computes W·X on e's backend for the weight called name, with X
 // holding n rows of the given values (len(x) = n·W's row length).
-func mulmat(t *testing.T, e *Engine, name string, x []float32, n int) []float32 {
+func mulmat(t testing.TB, e *Engine, name string, x []float32, n int) []float32 {
 	t.Helper()
 	ggmlMu.Lock()
 	defer ggmlMu.Unlock()
@@ -234,19 +234,9 @@ func BenchmarkMulmat(b *testing.B) {
 		for i, label := range []string{"plain", "converted"} {
 			b.Run(typ+"/"+label, func(b *testing.B) {
 				for b.Loop() {
-					mulmatB(b, engines[i], name, x, 512)
+					mulmat(b, engines[i], name, x, 512)
 				}
 			})
 		}
 	}
-}
-
-// mulmatB is mulmat for benchmarks.
-func mulmatB(b *testing.B, e *Engine, name string, x []float32, n int) {
-	ggmlMu.Lock()
-	defer ggmlMu.Unlock()
-	ctx := e.m.Backend().NewContext()
-	defer ctx.Close()
-	y := e.m.Backend().Get(name).Mulmat(ctx, ctx.Input().FromFloats(x, len(x)/n, n))
-	ctx.Forward(y).Compute(y)
 }
