@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# setup-oracle.sh — install the upstream llama.cpp test oracle (testdata/js/oracle) used by internal/oracle.
+# setup-oracle.sh — install the upstream llama.cpp test oracle (testdata/js/oracle) used by internal/testkit/oracle.
 #
 # Installs the npm packages pinned in testdata/js/oracle/package.json (node-llama-cpp and its prebuilt
 # linux-x64 llama.cpp binary) into a cache directory outside the work tree:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the bit-exact kernel tests (ggml goldens, fast-vs-reference cross
 # tests, round trips, FMA canary) for pipeline/quantize/kquant and
-# pipeline/internal/half in three builds:
+# internal/half in three builds:
 #   - GOAMD64=v1            (amd64 baseline: Go never fuses a*b+c here)
 #   - GOAMD64=v3            (Go fuses a*b+c into VFMADD unless prevented)
 #   - GOARCH=arm64 on qemu  (Go fuses a*b+c into FMADD unless prevented)
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-pkgs=(./pipeline/quantize/kquant/ ./pipeline/internal/half/)
+pkgs=(./pipeline/quantize/kquant/ ./internal/half/)
 host_arch=$(go env GOHOSTARCH)
 
 run() {

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/autotune"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/goengine"
 	"github.com/phonellm/phonellm/runtime/llamaserver"
 	"github.com/spf13/cobra"
@@ -45,7 +45,7 @@ func (f *engineFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.alias, "alias", "", "model name to serve under (default: the file name without .gguf), like llama-server's --alias")
 }
 
-func (f *engineFlags) load(ctx context.Context, path string) (runtime.Engine, error) {
+func (f *engineFlags) load(ctx context.Context, path string) (engine.Engine, error) {
 	threads := f.threads
 	if threads == 0 {
 		threads, _ = strconv.Atoi(getenv("PHONELLM_THREADS", "0"))
@@ -73,7 +73,7 @@ func (f *engineFlags) autotune(a *app, path string, force bool) error {
 	}
 	res, err := autotune.Tune(a.ctx, autotune.Options{Model: path, CacheDir: filepath.Join(phonellmHome(), "autotune"),
 		Version: buildVersion().Version, Force: force, Log: func(s string) { a.io.Printf("%s\n", s) },
-		Load: func(ctx context.Context, c autotune.Candidate) (runtime.Engine, error) {
+		Load: func(ctx context.Context, c autotune.Candidate) (engine.Engine, error) {
 			return goengine.Load(ctx, goengine.Options{Path: path, Threads: c.Threads, BatchSize: c.BatchSize,
 				ContextLength: max(f.ctx, 1024), KVCacheType: f.kvType, FlashAttention: f.flashAttn, NoRepack: f.noRepack})
 		}})

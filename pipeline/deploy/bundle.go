@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/runtime/phone"
 )
 

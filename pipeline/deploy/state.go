@@ -16,7 +16,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // ErrNotFound is returned by [Store.Load] for an unknown deployment ID.

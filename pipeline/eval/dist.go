@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // defaultQueue is the number of reference logit rows that may wait for the candidate.
@@ -184,7 +184,7 @@ func promptTokens(m LogitModel, p Prompt) ([]int32, error) {
 	text := p.Text
 	if len(p.Messages) > 0 {
 		var err error
-		text, err = m.ApplyChatTemplate(p.Messages, runtime.TemplateOptions{AddGenerationPrompt: true})
+		text, err = m.ApplyChatTemplate(p.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			return nil, fmt.Errorf("chat template: %w", err)
 		}

@@ -13,13 +13,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/quantize"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/goengine"
 )
 
@@ -49,8 +49,8 @@ type fakeModel struct {
 	tokenShift        int32
 }
 
-func (m *fakeModel) Info() runtime.ModelInfo {
-	return runtime.ModelInfo{ID: "fake", VocabSize: m.vocab, ContextLength: m.ctx}
+func (m *fakeModel) Info() engine.ModelInfo {
+	return engine.ModelInfo{ID: "fake", VocabSize: m.vocab, ContextLength: m.ctx}
 }
 
 func (m *fakeModel) Tokenize(text string, _ bool) ([]int32, error) {
@@ -61,7 +61,7 @@ func (m *fakeModel) Tokenize(text string, _ bool) ([]int32, error) {
 	return out, nil
 }
 
-func (m *fakeModel) ApplyChatTemplate(ms []runtime.Message, _ runtime.TemplateOptions) (string, error) {
+func (m *fakeModel) ApplyChatTemplate(ms []engine.Message, _ engine.TemplateOptions) (string, error) {
 	var b strings.Builder
 	for _, x := range ms {
 		fmt.Fprintf(&b, "<%s>%s\n", x.Role, x.Content)
@@ -99,7 +99,7 @@ func (m *fakeModel) row(h uint64, dst []float32) {
 
 func (m *fakeModel) Logits(ctx context.Context, toks []int32, fn func(int, []float32) error) error {
 	if len(toks) > m.ctx {
-		return &runtime.ContextLengthError{PromptTokens: len(toks), ContextLength: m.ctx}
+		return &engine.ContextLengthError{PromptTokens: len(toks), ContextLength: m.ctx}
 	}
 	h := uint64(1469598103934665603)
 	for start := 0; start < len(toks); start += m.chunk {
@@ -175,8 +175,8 @@ func oracleLoader(t testing.TB, o *oracle.Oracle) Loader {
 	}
 }
 
-func (m *oracleModel) Info() runtime.ModelInfo {
-	return runtime.ModelInfo{ID: m.path, Path: m.path, Engine: "llama.cpp", VocabSize: m.info.VocabSize, ContextLength: m.ctx}
+func (m *oracleModel) Info() engine.ModelInfo {
+	return engine.ModelInfo{ID: m.path, Path: m.path, Engine: "llama.cpp", VocabSize: m.info.VocabSize, ContextLength: m.ctx}
 }
 
 func (m *oracleModel) Tokenize(text string, special bool) ([]int32, error) {
@@ -188,7 +188,7 @@ func (m *oracleModel) Tokenize(text string, special bool) ([]int32, error) {
 	return out, err
 }
 
-func (m *oracleModel) ApplyChatTemplate([]runtime.Message, runtime.TemplateOptions) (string, error) {
+func (m *oracleModel) ApplyChatTemplate([]engine.Message, engine.TemplateOptions) (string, error) {
 	return "", errors.New("oracle model: no chat template")
 }
 

@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Bounds on prompt files: every byte of them is untrusted.
@@ -24,8 +24,8 @@ const (
 // Prompt is one prompt of the distribution check: raw text, or chat messages rendered with the model's chat
 // template (with the assistant header, so the last position predicts the answer).
 type Prompt struct {
-	Text     string            `json:"text,omitempty"`
-	Messages []runtime.Message `json:"messages,omitempty"`
+	Text     string           `json:"text,omitempty"`
+	Messages []engine.Message `json:"messages,omitempty"`
 }
 
 // FormatError reports a prompt or dataset file that is not what it should be.
@@ -67,9 +67,9 @@ func ReadPrompts(path string) ([]Prompt, error) {
 	var out []Prompt
 	err = eachJSONL(f, path, func(line int, raw []byte) error {
 		var rec struct {
-			Text     *string           `json:"text"`
-			Prompt   *string           `json:"prompt"`
-			Messages []runtime.Message `json:"messages"`
+			Text     *string          `json:"text"`
+			Prompt   *string          `json:"prompt"`
+			Messages []engine.Message `json:"messages"`
 		}
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			return &FormatError{File: path, Line: line, Msg: "not a JSON object: " + err.Error()}
@@ -102,7 +102,7 @@ func ReadPrompts(path string) ([]Prompt, error) {
 	return out, nil
 }
 
-func checkMessages(ms []runtime.Message) error {
+func checkMessages(ms []engine.Message) error {
 	if len(ms) > maxMessages {
 		return fmt.Errorf("%d messages, at most %d", len(ms), maxMessages)
 	}

@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/phonellm/phonellm/internal/retry"
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // DefaultPattern extracts the answer of the fraud-review task.
@@ -98,8 +98,8 @@ func (o TaskOptions) pattern() (*regexp.Regexp, error) {
 
 // Item is one labelled prompt.
 type Item struct {
-	Messages []runtime.Message `json:"messages"`
-	Label    string            `json:"label"`
+	Messages []engine.Message `json:"messages"`
+	Label    string           `json:"label"`
 }
 
 // ReadItems reads a labelled JSONL dataset. A numeric label may be written as a JSON number.
@@ -112,8 +112,8 @@ func ReadItems(path string) ([]Item, error) {
 	var out []Item
 	err = eachJSONL(f, path, func(line int, raw []byte) error {
 		var rec struct {
-			Messages []runtime.Message `json:"messages"`
-			Label    json.RawMessage   `json:"label"`
+			Messages []engine.Message `json:"messages"`
+			Label    json.RawMessage  `json:"label"`
 		}
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			return &FormatError{File: path, Line: line, Msg: "not a JSON object: " + err.Error()}
@@ -231,11 +231,11 @@ func extract(re *regexp.Regexp, reply string) string {
 }
 
 type chatRequest struct {
-	Model       string            `json:"model,omitempty"`
-	Messages    []runtime.Message `json:"messages"`
-	Temperature float64           `json:"temperature"`
-	Stream      bool              `json:"stream"`
-	MaxTokens   int               `json:"max_tokens,omitempty"`
+	Model       string           `json:"model,omitempty"`
+	Messages    []engine.Message `json:"messages"`
+	Temperature float64          `json:"temperature"`
+	Stream      bool             `json:"stream"`
+	MaxTokens   int              `json:"max_tokens,omitempty"`
 }
 
 type chatResponse struct {
@@ -247,7 +247,7 @@ type chatResponse struct {
 }
 
 // chat posts one non-streaming chat completion at temperature 0 and returns the reply text.
-func chat(ctx context.Context, client *http.Client, url string, ep Endpoint, msgs []runtime.Message, maxTokens int) (string, error) {
+func chat(ctx context.Context, client *http.Client, url string, ep Endpoint, msgs []engine.Message, maxTokens int) (string, error) {
 	body, err := json.Marshal(chatRequest{Model: ep.Model, Messages: msgs, MaxTokens: maxTokens})
 	if err != nil {
 		return "", err

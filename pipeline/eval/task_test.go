@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // fakeOpenAI is an OpenAI-compatible chat endpoint that enforces the request shape (POST, path, JSON,
@@ -77,7 +77,7 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "model "+string(req["model"]))
 		return
 	}
-	var msgs []runtime.Message
+	var msgs []engine.Message
 	if err := json.Unmarshal(req["messages"], &msgs); err != nil || len(msgs) == 0 {
 		fail(http.StatusBadRequest, "messages "+string(req["messages"]))
 		return

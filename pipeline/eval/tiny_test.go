@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 )
 
 // kldOrder runs the stage on dir's reference against itself and every quantized file with load, checks

@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
+	"github.com/phonellm/phonellm/internal/retry"
 )
 
 // Local is a verified file in the cache.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/retry"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
 	"github.com/phonellm/phonellm/pipeline/publish/hubtest"
 )
 

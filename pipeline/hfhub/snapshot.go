@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
+	"github.com/phonellm/phonellm/internal/retry"
 )
 
 // RepoFile is one file of a revision, from the tree API.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
+	"github.com/phonellm/phonellm/internal/retry"
 )
 
 // Client downloads files from a Hub. The zero value is not usable; build one

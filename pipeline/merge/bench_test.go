@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/internal/tinymodel"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 )
 
 // benchSpec is a Qwen3-shaped BF16 checkpoint of about 2 GB (hidden 2048, 16 layers, ffn 5120, vocab 151936,

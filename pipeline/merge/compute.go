@@ -7,7 +7,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 

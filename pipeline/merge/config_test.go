@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 func TestPatternOrder(t *testing.T) {

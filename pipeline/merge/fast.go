@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 // The float32 path: a 16-bit (BF16/F16) tensor that only LoRA updates change is computed as

@@ -15,9 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/fsx"
+	"github.com/phonellm/phonellm/internal/hashcache"
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
-	"github.com/phonellm/phonellm/pipeline/internal/hashcache"
 )
 
 // tokenizerFiles are the files that describe tokenization and chat formatting. A training run that saved them

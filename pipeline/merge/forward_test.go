@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/phonellm/phonellm/internal/reference"
+	"github.com/phonellm/phonellm/internal/testkit/reference"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 )
 

@@ -11,11 +11,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/fsx"
+	"github.com/phonellm/phonellm/internal/hashcache"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
-	"github.com/phonellm/phonellm/pipeline/internal/hashcache"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/retry"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
 )
 
 // Client speaks the Hub's publishing API. Fill Endpoint and Token (see

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
+	"github.com/phonellm/phonellm/internal/retry"
 )
 
 // lfsAction is one action of an LFS batch answer (git-lfs docs/api/batch.md).

@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/retry"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
-	"github.com/phonellm/phonellm/pipeline/internal/retry"
 )
 
 // File is one file to publish: a local file, or in-memory Content.

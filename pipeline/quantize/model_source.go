@@ -3,9 +3,9 @@ package quantize
 import (
 	"context"
 
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
-	"github.com/phonellm/phonellm/pipeline/internal/half"
 )
 
 // FromModel makes a Source of a checkpoint converted on the fly, with no intermediate file. Each tensor reads

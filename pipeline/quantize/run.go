@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 	"golang.org/x/sync/errgroup"
 )
 

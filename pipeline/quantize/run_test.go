@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/fsx"
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
-	"github.com/phonellm/phonellm/pipeline/internal/half"
 	"github.com/phonellm/phonellm/pipeline/quantize/kquant"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/internal/half"
 	"github.com/phonellm/phonellm/pipeline/quantize/kquant"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 // File is one validated .safetensors file read through io.ReaderAt.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 func ramp(n int, scale float32) []float32 {

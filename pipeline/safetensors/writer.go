@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 // WriteInfo plans one tensor of a file to write.

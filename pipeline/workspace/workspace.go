@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 	"gopkg.in/yaml.v3"
 )
 

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 const fingerprint = "phonellm"
@@ -36,7 +36,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr)
 		return
 	}
-	opts := runtime.TemplateOptions{AddGenerationPrompt: true, EnableThinking: s.o.EnableThinking}
+	opts := engine.TemplateOptions{AddGenerationPrompt: true, EnableThinking: s.o.EnableThinking}
 	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
 		opts.EnableThinking = &v
 	}
@@ -80,7 +80,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 
 // generate tokenizes, checks the context, waits for a slot and runs the
 // request, streaming or not.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, eng runtime.Engine, greq runtime.Request, f *samplingFields, chat bool) {
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, eng engine.Engine, greq engine.Request, f *samplingFields, chat bool) {
 	ctx, cancel := context.WithTimeoutCause(r.Context(), s.o.RequestTimeout, errRequestTimeout)
 	defer cancel()
 	info := eng.Info()
@@ -144,7 +144,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, eng runtime.En
 }
 
 func (s *Server) generateError(ctx context.Context, err error, n, limit int, chat bool) *APIError {
-	var ce *runtime.ContextLengthError
+	var ce *engine.ContextLengthError
 	switch {
 	case errors.As(err, &ce):
 		return contextLengthError(n, limit, chat)
@@ -174,7 +174,7 @@ func invalidJSON(text string) *APIError {
 
 // stream runs greq and writes Server-Sent Events in OpenAI's chunk format,
 // ending with "data: [DONE]". A failed write (client gone) stops generation.
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, eng runtime.Engine, greq runtime.Request, f *samplingFields, out responder, queueWait time.Duration) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, eng engine.Engine, greq engine.Request, f *samplingFields, out responder, queueWait time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -195,7 +195,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, eng runtime.
 	if err := send(out.chunk("", true, nil)); err != nil {
 		return
 	}
-	resp, err := eng.Generate(ctx, greq, func(t runtime.Token) error {
+	resp, err := eng.Generate(ctx, greq, func(t engine.Token) error {
 		if t.Text == "" {
 			return nil
 		}
@@ -267,7 +267,7 @@ func (o responder) usageChunk(u *Usage) any {
 		SystemFingerprint: fingerprint, Choices: []CompletionChoice{}, Usage: u}
 }
 
-func (o responder) final(r runtime.Response) any {
+func (o responder) final(r engine.Response) any {
 	reason := string(r.FinishReason)
 	if o.chat {
 		return &ChatResponse{ID: o.id, Object: "chat.completion", Created: o.created, Model: o.model,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // APIError is an error in OpenAI's JSON shape:
@@ -129,8 +129,8 @@ type CompletionRequest struct {
 const maxStops = 16
 
 // request converts the shared fields into an engine request.
-func (f *samplingFields) request(defaults runtime.SamplingParams) (runtime.Request, *APIError) {
-	var r runtime.Request
+func (f *samplingFields) request(defaults engine.SamplingParams) (engine.Request, *APIError) {
+	var r engine.Request
 	if f.N != nil && *f.N != 1 {
 		return r, badRequest("n", "", "n must be 1 (got %d)", *f.N)
 	}
@@ -214,14 +214,14 @@ func (f *samplingFields) wantsJSON() bool {
 }
 
 // messages converts chat messages, accepting string content or text parts.
-func (c *ChatRequest) messages() ([]runtime.Message, *APIError) {
+func (c *ChatRequest) messages() ([]engine.Message, *APIError) {
 	if len(c.Messages) == 0 {
 		return nil, badRequest("messages", "", "messages must not be empty")
 	}
 	if len(c.Tools) > 0 {
 		return nil, badRequest("tools", "", "tools are not supported")
 	}
-	out := make([]runtime.Message, len(c.Messages))
+	out := make([]engine.Message, len(c.Messages))
 	for i, m := range c.Messages {
 		switch m.Role {
 		case "system", "developer", "user", "assistant", "tool":
@@ -236,7 +236,7 @@ func (c *ChatRequest) messages() ([]runtime.Message, *APIError) {
 		if err != nil {
 			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "", "%v", err)
 		}
-		out[i] = runtime.Message{Role: role, Content: text}
+		out[i] = engine.Message{Role: role, Content: text}
 	}
 	return out, nil
 }
@@ -324,13 +324,13 @@ type Timings struct {
 	CacheN             int     `json:"cache_n"`
 }
 
-func usageOf(r runtime.Response) *Usage {
+func usageOf(r engine.Response) *Usage {
 	return &Usage{PromptTokens: r.Timings.PromptTokens, CompletionTokens: len(r.Tokens),
 		TotalTokens:         r.Timings.PromptTokens + len(r.Tokens),
 		PromptTokensDetails: &TokenDetails{CachedTokens: r.Timings.CachedTokens}}
 }
 
-func timingsOf(r runtime.Response) *Timings {
+func timingsOf(r engine.Response) *Timings {
 	t := r.Timings
 	return &Timings{
 		PromptN: t.PromptTokens - t.CachedTokens, PromptMS: ms(t.PromptDuration.Seconds()), PromptPerSecond: t.PromptPerSecond(),

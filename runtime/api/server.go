@@ -16,9 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime/internal/httpx"
+	"github.com/phonellm/phonellm/internal/httpx"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Options configure a Server. The zero value is usable.
@@ -40,8 +40,8 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; 0 means 16 MiB.
 	MaxBodyBytes int64
 	// Sampling holds the defaults for fields a request leaves out; nil
-	// means runtime.DefaultSampling().
-	Sampling *runtime.SamplingParams
+	// means engine.DefaultSampling().
+	Sampling *engine.SamplingParams
 	// EnableThinking, when not nil, is the chat template's enable_thinking
 	// for requests whose chat_template_kwargs do not set it (Qwen3 and
 	// Qwen3.5 templates read it).
@@ -71,7 +71,7 @@ type Server struct {
 	handler http.Handler
 }
 
-type engineBox struct{ e runtime.Engine }
+type engineBox struct{ e engine.Engine }
 
 // New returns a Server without an engine.
 func New(o Options) *Server {
@@ -85,7 +85,7 @@ func New(o Options) *Server {
 		o.MaxBodyBytes = 16 << 20
 	}
 	if o.Sampling == nil {
-		d := runtime.DefaultSampling()
+		d := engine.DefaultSampling()
 		o.Sampling = &d
 	}
 	if o.Logger == nil {
@@ -112,7 +112,7 @@ func New(o Options) *Server {
 }
 
 // SetEngine makes the server ready to serve e.
-func (s *Server) SetEngine(e runtime.Engine) {
+func (s *Server) SetEngine(e engine.Engine) {
 	n := s.o.Parallel
 	if n <= 0 {
 		n = max(e.Info().Parallel, 1)
@@ -206,7 +206,7 @@ func (s *Server) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(got[:], s.apiKey[:]) == 1
 }
 
-func (s *Server) currentEngine() runtime.Engine {
+func (s *Server) currentEngine() engine.Engine {
 	if b := s.engine.Load(); b != nil {
 		return b.e
 	}
@@ -235,11 +235,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 type modelObject struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	OwnedBy string             `json:"owned_by"`
-	Meta    *runtime.ModelInfo `json:"meta,omitempty"`
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	OwnedBy string            `json:"owned_by"`
+	Meta    *engine.ModelInfo `json:"meta,omitempty"`
 }
 
 func (s *Server) modelObjects() []modelObject {
@@ -278,7 +278,7 @@ func modelNotFound(id string) *APIError {
 }
 
 // checkModel returns the engine serving name, or an error.
-func (s *Server) checkModel(name string) (runtime.Engine, *APIError) {
+func (s *Server) checkModel(name string) (engine.Engine, *APIError) {
 	e := s.currentEngine()
 	if e == nil {
 		return nil, &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: strp("model_loading"),

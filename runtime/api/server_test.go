@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
@@ -100,7 +100,7 @@ func TestChatNonStreaming(t *testing.T) {
 	if c.Message.Role != "assistant" || c.Message.Content != "Hello there" || *c.FinishReason != "stop" {
 		t.Fatalf("choice %+v %q", c, c.Message.Content)
 	}
-	prompt, _ := f.ApplyChatTemplate([]runtime.Message{{Role: "user", Content: "hi"}}, runtime.TemplateOptions{AddGenerationPrompt: true})
+	prompt, _ := f.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "hi"}}, engine.TemplateOptions{AddGenerationPrompt: true})
 	toks, _ := f.Tokenize(prompt, true)
 	if u := resp.Usage; u.PromptTokens != len(toks) || u.CompletionTokens != len("Hello there") || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
 		t.Fatalf("usage %+v, prompt has %d tokens", u, len(toks))

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Candidate is one setting to try.
@@ -35,11 +35,11 @@ var FraudReview = Workload{PromptTokens: 7000, GenerateTokens: 8}
 type Options struct {
 	// Model is the model file; its fingerprint is part of the cache key.
 	Model string
-	// Candidates to measure; default DefaultCandidates(runtime.NumCPU()).
+	// Candidates to measure; default DefaultCandidates(engine.NumCPU()).
 	Candidates []Candidate
 	// Load loads the model with a candidate's setting. Tune closes every
 	// engine it loads before trying the next candidate.
-	Load func(ctx context.Context, c Candidate) (runtime.Engine, error)
+	Load func(ctx context.Context, c Candidate) (engine.Engine, error)
 	// CacheDir holds the cached results; "" disables the cache.
 	CacheDir string
 	// Log receives the table and the decision, one line per call; nil
@@ -120,7 +120,7 @@ func (o *Options) defaults() error {
 		return errors.New("autotune: no model loader")
 	}
 	if len(o.Candidates) == 0 {
-		o.Candidates = DefaultCandidates(goruntime.NumCPU())
+		o.Candidates = DefaultCandidates(runtime.NumCPU())
 	}
 	for _, c := range o.Candidates {
 		if c.Threads <= 0 || c.BatchSize <= 0 {
@@ -249,7 +249,7 @@ func measure(ctx context.Context, o Options, c Candidate) (m Measurement, err er
 		return m, fmt.Errorf("tokenize the filler text: %v", err)
 	}
 	warm := filler[:min(8, len(filler))]
-	if _, err := e.Generate(ctx, runtime.Request{Tokens: warm, MaxTokens: 2, NoCache: true, IgnoreEOG: true}, nil); err != nil {
+	if _, err := e.Generate(ctx, engine.Request{Tokens: warm, MaxTokens: 2, NoCache: true, IgnoreEOG: true}, nil); err != nil {
 		return m, fmt.Errorf("warm-up: %w", err)
 	}
 	for i := range o.Repeats {
@@ -259,7 +259,7 @@ func measure(ctx context.Context, o Options, c Candidate) (m Measurement, err er
 		for len(toks) < n {
 			toks = append(toks, filler...)
 		}
-		r, err := e.Generate(ctx, runtime.Request{Tokens: toks[:n], MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+		r, err := e.Generate(ctx, engine.Request{Tokens: toks[:n], MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
 		if err != nil {
 			return m, fmt.Errorf("generate: %w", err)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
@@ -38,7 +38,7 @@ type fakeLab struct {
 	loads, closed int
 }
 
-func (l *fakeLab) load(ctx context.Context, c Candidate) (runtime.Engine, error) {
+func (l *fakeLab) load(ctx context.Context, c Candidate) (engine.Engine, error) {
 	l.mu.Lock()
 	l.loads++
 	l.mu.Unlock()
@@ -280,7 +280,7 @@ func TestTuneCancelled(t *testing.T) {
 	var log []string
 	o := testOptions(t, lab, &log)
 	ctx, cancel := context.WithCancel(context.Background())
-	o.Load = func(ctx context.Context, c Candidate) (runtime.Engine, error) {
+	o.Load = func(ctx context.Context, c Candidate) (engine.Engine, error) {
 		cancel()
 		return lab.load(ctx, c)
 	}

@@ -11,7 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -62,7 +62,7 @@ func makeKey(o Options) (Key, error) {
 	if !st.Mode().IsRegular() {
 		return Key{}, fmt.Errorf("autotune: model %s is not a regular file", abs)
 	}
-	k := Key{Model: abs, ModelSize: st.Size(), CPU: cpuModel(), NumCPU: goruntime.NumCPU(), GOARCH: goruntime.GOARCH,
+	k := Key{Model: abs, ModelSize: st.Size(), CPU: cpuModel(), NumCPU: runtime.NumCPU(), GOARCH: runtime.GOARCH,
 		Version: o.Version, Candidates: slices.Clone(o.Candidates), PromptTokens: o.PromptTokens,
 		GenerateTokens: o.GenerateTokens, Repeats: o.Repeats, Workload: o.Workload}
 	if o.HashModel {

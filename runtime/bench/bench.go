@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Options configure Run. The zero value gives the defaults documented on
@@ -60,7 +60,7 @@ func (o Options) Validate() error {
 	return nil
 }
 
-func (o *Options) defaults(info runtime.ModelInfo) {
+func (o *Options) defaults(info engine.ModelInfo) {
 	if len(o.PromptLengths) == 0 {
 		o.PromptLengths = []int{512, 7000}
 	}
@@ -89,7 +89,7 @@ func (o *Options) defaults(info runtime.ModelInfo) {
 
 // Result is the outcome of Run. Rates are tokens per second.
 type Result struct {
-	Model       runtime.ModelInfo   `json:"model"`
+	Model       engine.ModelInfo    `json:"model"`
 	Prompt      []PromptResult      `json:"prompt,omitempty"`
 	Generate    *GenerateResult     `json:"generate,omitempty"`
 	Concurrency []ConcurrencyResult `json:"concurrency,omitempty"`
@@ -150,7 +150,7 @@ type PrefixResult struct {
 }
 
 // Run benchmarks e. progress, when not nil, receives one line per step.
-func Run(ctx context.Context, e runtime.Engine, o Options, progress func(string)) (Result, error) {
+func Run(ctx context.Context, e engine.Engine, o Options, progress func(string)) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -184,7 +184,7 @@ func Run(ctx context.Context, e runtime.Engine, o Options, progress func(string)
 				if err != nil {
 					return res, err
 				}
-				r, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: 1, NoCache: true, IgnoreEOG: true}, nil)
+				r, err := e.Generate(ctx, engine.Request{Tokens: toks, MaxTokens: 1, NoCache: true, IgnoreEOG: true}, nil)
 				if err != nil {
 					return res, fmt.Errorf("bench: prompt %d: %w", n, err)
 				}
@@ -203,7 +203,7 @@ func Run(ctx context.Context, e runtime.Engine, o Options, progress func(string)
 			if err != nil {
 				return res, err
 			}
-			r, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+			r, err := e.Generate(ctx, engine.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
 			if err != nil {
 				return res, fmt.Errorf("bench: generate: %w", err)
 			}
@@ -235,7 +235,7 @@ func Run(ctx context.Context, e runtime.Engine, o Options, progress func(string)
 				return res, err
 			}
 			start := time.Now()
-			r, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: o.FleetGenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+			r, err := e.Generate(ctx, engine.Request{Tokens: toks, MaxTokens: o.FleetGenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
 			if err != nil {
 				return res, fmt.Errorf("bench: fleet: %w", err)
 			}
@@ -259,7 +259,7 @@ func Run(ctx context.Context, e runtime.Engine, o Options, progress func(string)
 	return res, nil
 }
 
-func concurrent(ctx context.Context, e runtime.Engine, p *prompts, level, promptLen, gen int) (ConcurrencyResult, error) {
+func concurrent(ctx context.Context, e engine.Engine, p *prompts, level, promptLen, gen int) (ConcurrencyResult, error) {
 	reqs := make([][]int32, level)
 	for i := range reqs {
 		toks, err := p.unique(promptLen)
@@ -276,7 +276,7 @@ func concurrent(ctx context.Context, e runtime.Engine, p *prompts, level, prompt
 	for i := range reqs {
 		wg.Go(func() {
 			t0 := time.Now()
-			r, err := e.Generate(ctx, runtime.Request{Tokens: reqs[i], MaxTokens: gen, NoCache: true, IgnoreEOG: true}, nil)
+			r, err := e.Generate(ctx, engine.Request{Tokens: reqs[i], MaxTokens: gen, NoCache: true, IgnoreEOG: true}, nil)
 			errs[i], lat[i], ntok[i] = err, time.Since(t0).Seconds(), len(r.Tokens)
 		})
 	}
@@ -297,7 +297,7 @@ func concurrent(ctx context.Context, e runtime.Engine, p *prompts, level, prompt
 		PerRequest: rate(total, wall) / float64(level), MeanLatencySec: mean}, nil
 }
 
-func prefix(ctx context.Context, e runtime.Engine, p *prompts, n, shared, gen int) (PrefixResult, error) {
+func prefix(ctx context.Context, e engine.Engine, p *prompts, n, shared, gen int) (PrefixResult, error) {
 	head, err := p.unique(shared)
 	if err != nil {
 		return PrefixResult{}, err
@@ -310,12 +310,12 @@ func prefix(ctx context.Context, e runtime.Engine, p *prompts, n, shared, gen in
 	if err != nil {
 		return PrefixResult{}, err
 	}
-	a, err := e.Generate(ctx, runtime.Request{Tokens: slices.Concat(head, tailA), MaxTokens: gen, NoCache: true, IgnoreEOG: true}, nil)
+	a, err := e.Generate(ctx, engine.Request{Tokens: slices.Concat(head, tailA), MaxTokens: gen, NoCache: true, IgnoreEOG: true}, nil)
 	if err != nil {
 		return PrefixResult{}, fmt.Errorf("bench: prefix, first request: %w", err)
 	}
 	start := time.Now()
-	b, err := e.Generate(ctx, runtime.Request{Tokens: slices.Concat(head, tailB), MaxTokens: gen, IgnoreEOG: true}, nil)
+	b, err := e.Generate(ctx, engine.Request{Tokens: slices.Concat(head, tailB), MaxTokens: gen, IgnoreEOG: true}, nil)
 	if err != nil {
 		return PrefixResult{}, fmt.Errorf("bench: prefix, second request: %w", err)
 	}
@@ -332,7 +332,7 @@ func prefix(ctx context.Context, e runtime.Engine, p *prompts, n, shared, gen in
 // prompts makes token sequences that share no prefix with each other: a
 // distinct numbered header, then filler text, cut to the length.
 type prompts struct {
-	e      runtime.Engine
+	e      engine.Engine
 	n      int
 	filler []int32
 }

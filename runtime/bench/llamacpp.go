@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 //go:embed llamacpp.mjs
@@ -63,7 +63,7 @@ type CompareResult struct {
 // e.Info().Path with the same greedy request: one warm-up run each, then
 // o.Repeats timed runs from an empty cache, alternating between the two.
 // Rates are medians; ratios are the medians of the per-pair ratios.
-func Compare(ctx context.Context, e runtime.Engine, o CompareOptions) (CompareResult, error) {
+func Compare(ctx context.Context, e engine.Engine, o CompareOptions) (CompareResult, error) {
 	info := e.Info()
 	if info.Path == "" {
 		return CompareResult{}, errors.New("bench: compare: the engine reports no model path")
@@ -120,7 +120,7 @@ func Compare(ctx context.Context, e runtime.Engine, o CompareOptions) (CompareRe
 	var first, lcFirst []int32
 	var ep, eg, lp, lg, rp, rg []float64
 	for i := range o.Repeats + 1 {
-		r, err := e.Generate(ctx, runtime.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+		r, err := e.Generate(ctx, engine.Request{Tokens: toks, MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
 		if err != nil {
 			return CompareResult{}, fmt.Errorf("bench: compare, engine: %w", err)
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Features tell Run what an engine is expected to do beyond the contract.
@@ -22,18 +22,18 @@ type Features struct {
 	CheckpointPrefixCache bool
 }
 
-// Run is the conformance suite for runtime.Engine implementations. e must be
+// Run is the conformance suite for engine.Engine implementations. e must be
 // freshly loaded, have a context of at least 128 tokens, and is not closed by
 // Run. The concurrency check needs Parallel >= 2.
-func Run(t *testing.T, e runtime.Engine, f Features) {
+func Run(t *testing.T, e engine.Engine, f Features) {
 	info := e.Info()
 	if info.VocabSize <= 0 || info.ContextLength < 128 || info.Parallel < 1 || info.ID == "" {
 		t.Fatalf("Info() = %+v: want vocab > 0, context >= 128, parallel >= 1, an id", info)
 	}
 	prompt := func(t *testing.T, text string) string {
 		t.Helper()
-		p, err := e.ApplyChatTemplate([]runtime.Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: text}},
-			runtime.TemplateOptions{AddGenerationPrompt: true})
+		p, err := e.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: text}},
+			engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,10 +63,10 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 	})
 
 	t.Run("GreedyDeterministicAndStreamed", func(t *testing.T) {
-		req := runtime.Request{Prompt: prompt(t, "hello world"), MaxTokens: 12}
+		req := engine.Request{Prompt: prompt(t, "hello world"), MaxTokens: 12}
 		var streamed strings.Builder
 		var ids []int32
-		a, err := e.Generate(context.Background(), req, func(tok runtime.Token) error {
+		a, err := e.Generate(context.Background(), req, func(tok engine.Token) error {
 			streamed.WriteString(tok.Text)
 			if tok.ID >= 0 {
 				ids = append(ids, tok.ID)
@@ -82,7 +82,7 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 		if len(a.Tokens) == 0 || a.Timings.PromptTokens == 0 || a.Timings.GeneratedTokens < len(a.Tokens) {
 			t.Fatalf("response %+v", a)
 		}
-		if a.FinishReason == runtime.FinishLength && len(a.Tokens) != 12 {
+		if a.FinishReason == engine.FinishLength && len(a.Tokens) != 12 {
 			t.Fatalf("finish length after %d tokens, max 12", len(a.Tokens))
 		}
 		b := genNoErr(t, e, req)
@@ -98,10 +98,10 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 
 	t.Run("PrefixCache", func(t *testing.T) {
 		base := prompt(t, "The shared instruction block. Rate the following transaction for fraud risk.")
-		a := genNoErr(t, e, runtime.Request{Prompt: base, MaxTokens: 4})
+		a := genNoErr(t, e, engine.Request{Prompt: base, MaxTokens: 4})
 		ext := base + "more context that follows"
-		b := genNoErr(t, e, runtime.Request{Prompt: ext, MaxTokens: 8})
-		fresh := genNoErr(t, e, runtime.Request{Prompt: ext, MaxTokens: 8, NoCache: true})
+		b := genNoErr(t, e, engine.Request{Prompt: ext, MaxTokens: 8})
+		fresh := genNoErr(t, e, engine.Request{Prompt: ext, MaxTokens: 8, NoCache: true})
 		if !f.CheckpointPrefixCache && b.Timings.CachedTokens < a.Timings.PromptTokens-1 {
 			t.Fatalf("extended prompt reused %d of %d shared tokens", b.Timings.CachedTokens, a.Timings.PromptTokens)
 		}
@@ -111,14 +111,14 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 	})
 
 	t.Run("MaxTokens", func(t *testing.T) {
-		r := genNoErr(t, e, runtime.Request{Prompt: prompt(t, "count"), MaxTokens: 3})
-		if len(r.Tokens) > 3 || (r.FinishReason == runtime.FinishLength) != (len(r.Tokens) == 3) {
+		r := genNoErr(t, e, engine.Request{Prompt: prompt(t, "count"), MaxTokens: 3})
+		if len(r.Tokens) > 3 || (r.FinishReason == engine.FinishLength) != (len(r.Tokens) == 3) {
 			t.Fatalf("max 3: %d tokens, %s", len(r.Tokens), r.FinishReason)
 		}
 	})
 
 	t.Run("Stop", func(t *testing.T) {
-		req := runtime.Request{Prompt: prompt(t, "say something long"), MaxTokens: 24}
+		req := engine.Request{Prompt: prompt(t, "say something long"), MaxTokens: 24}
 		full := genNoErr(t, e, req)
 		if len(full.Text) < 6 {
 			t.Skipf("model produced only %q", full.Text)
@@ -128,22 +128,22 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 		want := full.Text[:strings.Index(full.Text, stop)]
 		req.Stop = []string{stop}
 		r := genNoErr(t, e, req)
-		if r.Text != want || r.FinishReason != runtime.FinishStop {
+		if r.Text != want || r.FinishReason != engine.FinishStop {
 			t.Fatalf("stop %q: got %q (%s), want %q", stop, r.Text, r.FinishReason, want)
 		}
 	})
 
 	t.Run("IgnoreEOG", func(t *testing.T) {
-		r := genNoErr(t, e, runtime.Request{Prompt: prompt(t, "bench"), MaxTokens: 40, IgnoreEOG: true})
-		if len(r.Tokens) != 40 || r.FinishReason != runtime.FinishLength {
+		r := genNoErr(t, e, engine.Request{Prompt: prompt(t, "bench"), MaxTokens: 40, IgnoreEOG: true})
+		if len(r.Tokens) != 40 || r.FinishReason != engine.FinishLength {
 			t.Fatalf("IgnoreEOG: %d tokens, %s; want 40, length", len(r.Tokens), r.FinishReason)
 		}
 	})
 
 	t.Run("SeededSampling", func(t *testing.T) {
 		seed := uint64(1234)
-		req := runtime.Request{Prompt: prompt(t, "random"), MaxTokens: 10,
-			Sampling: runtime.SamplingParams{Temperature: 1.5, TopK: 50, TopP: 0.98, Seed: &seed}}
+		req := engine.Request{Prompt: prompt(t, "random"), MaxTokens: 10,
+			Sampling: engine.SamplingParams{Temperature: 1.5, TopK: 50, TopP: 0.98, Seed: &seed}}
 		a, b := genNoErr(t, e, req), genNoErr(t, e, req)
 		if !slices.Equal(a.Tokens, b.Tokens) {
 			t.Fatalf("same seed, different tokens: %v vs %v", a.Tokens, b.Tokens)
@@ -161,12 +161,12 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 		for i := range long {
 			long[i] = ids[0]
 		}
-		_, err := e.Generate(context.Background(), runtime.Request{Tokens: long, MaxTokens: 1}, nil)
-		var ce *runtime.ContextLengthError
+		_, err := e.Generate(context.Background(), engine.Request{Tokens: long, MaxTokens: 1}, nil)
+		var ce *engine.ContextLengthError
 		if !errors.As(err, &ce) || ce.PromptTokens != info.ContextLength {
 			t.Fatalf("prompt of %d tokens: err %v, want ContextLengthError", len(long), err)
 		}
-		if _, err := e.Generate(context.Background(), runtime.Request{Tokens: []int32{}}, nil); err == nil {
+		if _, err := e.Generate(context.Background(), engine.Request{Tokens: []int32{}}, nil); err == nil {
 			t.Fatal("empty prompt accepted")
 		}
 	})
@@ -176,7 +176,7 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 		defer cancel()
 		n := 0
 		start := time.Now()
-		r, err := e.Generate(ctx, runtime.Request{Prompt: prompt(t, "go on forever")}, func(runtime.Token) error {
+		r, err := e.Generate(ctx, engine.Request{Prompt: prompt(t, "go on forever")}, func(engine.Token) error {
 			n++
 			if n == 2 {
 				cancel()
@@ -186,14 +186,14 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("cancelled generation took %v", time.Since(start))
 		}
-		if r.FinishReason == runtime.FinishCancelled {
+		if r.FinishReason == engine.FinishCancelled {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled: err %v", err)
 			}
 		} else if err != nil {
 			t.Fatalf("finished %s with %v", r.FinishReason, err)
 		}
-		if n > 2 && r.FinishReason == runtime.FinishCancelled {
+		if n > 2 && r.FinishReason == engine.FinishCancelled {
 			t.Fatalf("emit called %d times after cancel", n-2)
 		}
 		// Every slot is free again.
@@ -203,7 +203,7 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 			wg.Go(func() {
 				ctx, c := context.WithTimeout(context.Background(), 30*time.Second)
 				defer c()
-				_, err := e.Generate(ctx, runtime.Request{Prompt: prompt(t, "again"), MaxTokens: 2}, nil)
+				_, err := e.Generate(ctx, engine.Request{Prompt: prompt(t, "again"), MaxTokens: 2}, nil)
 				errs <- err
 			})
 		}
@@ -218,7 +218,7 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 
 	t.Run("EmitError", func(t *testing.T) {
 		boom := errors.New("client gone")
-		_, err := e.Generate(context.Background(), runtime.Request{Prompt: prompt(t, "x"), MaxTokens: 20}, func(runtime.Token) error { return boom })
+		_, err := e.Generate(context.Background(), engine.Request{Prompt: prompt(t, "x"), MaxTokens: 20}, func(engine.Token) error { return boom })
 		if !errors.Is(err, boom) {
 			t.Fatalf("err %v, want the emit error", err)
 		}
@@ -229,13 +229,13 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 			t.Skip("needs Parallel >= 2")
 		}
 		n := info.Parallel + 1
-		reqs := make([]runtime.Request, n)
-		want := make([]runtime.Response, n)
+		reqs := make([]engine.Request, n)
+		want := make([]engine.Response, n)
 		for i := range reqs {
-			reqs[i] = runtime.Request{Prompt: prompt(t, fmt.Sprintf("question number %d", i*7)), MaxTokens: 10, NoCache: true}
+			reqs[i] = engine.Request{Prompt: prompt(t, fmt.Sprintf("question number %d", i*7)), MaxTokens: 10, NoCache: true}
 			want[i] = genNoErr(t, e, reqs[i])
 		}
-		got := make([]runtime.Response, n)
+		got := make([]engine.Response, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range reqs {
@@ -253,7 +253,7 @@ func Run(t *testing.T, e runtime.Engine, f Features) {
 	})
 }
 
-func genNoErr(t *testing.T, e runtime.Engine, req runtime.Request) runtime.Response {
+func genNoErr(t *testing.T, e engine.Engine, req engine.Request) engine.Response {
 	t.Helper()
 	r, err := e.Generate(context.Background(), req, nil)
 	if err != nil {

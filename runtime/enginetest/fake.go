@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Token ids of the fake vocabulary: ids 0-255 are bytes, then the specials.
@@ -46,16 +46,16 @@ type Options struct {
 	ChatTemplate string
 }
 
-// Fake is a deterministic in-memory runtime.Engine: a byte-level tokenizer
+// Fake is a deterministic in-memory engine.Engine: a byte-level tokenizer
 // with Qwen's three special tokens, a "model" whose most likely next token
 // follows Options.Reply and whose other logits are pseudo-random functions
-// of the context, real sampling (runtime.Sampler), stop handling
-// (runtime.TextStream), parallel slots with a per-slot prefix cache, and
+// of the context, real sampling (engine.Sampler), stop handling
+// (engine.TextStream), parallel slots with a per-slot prefix cache, and
 // cancellation between tokens. It passes the same conformance suite
 // (Run) as the real engines.
 type Fake struct {
 	o    Options
-	tmpl *runtime.ChatTemplate
+	tmpl *engine.ChatTemplate
 	sem  chan struct{}
 
 	mu     sync.Mutex
@@ -65,7 +65,7 @@ type Fake struct {
 	calls  int
 }
 
-var _ runtime.Engine = (*Fake)(nil)
+var _ engine.Engine = (*Fake)(nil)
 
 // NewFake returns a Fake.
 func NewFake(o Options) *Fake {
@@ -78,7 +78,7 @@ func NewFake(o Options) *Fake {
 	if o.ContextLength <= 0 {
 		o.ContextLength = 2048
 	}
-	t, err := runtime.NewChatTemplate(o.ChatTemplate, "<|endoftext|>", "<|im_end|>")
+	t, err := engine.NewChatTemplate(o.ChatTemplate, "<|endoftext|>", "<|im_end|>")
 	if err != nil {
 		panic(fmt.Sprintf("enginetest: chat template: %v", err)) // programmer error: the test's template
 	}
@@ -93,13 +93,13 @@ func (f *Fake) Calls() int {
 	return f.calls
 }
 
-// Info implements runtime.Engine.
-func (f *Fake) Info() runtime.ModelInfo {
-	return runtime.ModelInfo{ID: f.o.ID, Architecture: "fake", Engine: "fake", ContextLength: f.o.ContextLength,
+// Info implements engine.Engine.
+func (f *Fake) Info() engine.ModelInfo {
+	return engine.ModelInfo{ID: f.o.ID, Architecture: "fake", Engine: "fake", ContextLength: f.o.ContextLength,
 		Parallel: f.o.Parallel, VocabSize: FakeVocabSize, HasChatTemplate: f.o.ChatTemplate != ""}
 }
 
-// Tokenize implements runtime.Engine: special token texts become their ids,
+// Tokenize implements engine.Engine: special token texts become their ids,
 // every other byte its own id.
 func (f *Fake) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	var out []int32
@@ -121,7 +121,7 @@ func (f *Fake) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	return out, nil
 }
 
-// Detokenize implements runtime.Engine.
+// Detokenize implements engine.Engine.
 func (f *Fake) Detokenize(tokens []int32) (string, error) {
 	var sb strings.Builder
 	for _, t := range tokens {
@@ -137,12 +137,12 @@ func (f *Fake) Detokenize(tokens []int32) (string, error) {
 	return sb.String(), nil
 }
 
-// ApplyChatTemplate implements runtime.Engine.
-func (f *Fake) ApplyChatTemplate(messages []runtime.Message, opts runtime.TemplateOptions) (string, error) {
+// ApplyChatTemplate implements engine.Engine.
+func (f *Fake) ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	return f.tmpl.Render(messages, opts)
 }
 
-// Close implements runtime.Engine.
+// Close implements engine.Engine.
 func (f *Fake) Close() error {
 	f.mu.Lock()
 	f.closed = true
@@ -150,31 +150,31 @@ func (f *Fake) Close() error {
 	return nil
 }
 
-// Generate implements runtime.Engine.
-func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runtime.Token) error) (runtime.Response, error) {
+// Generate implements engine.Engine.
+func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
 	if err := req.Sampling.Validate(); err != nil {
-		return runtime.Response{}, fmt.Errorf("enginetest: sampling: %w", err)
+		return engine.Response{}, fmt.Errorf("enginetest: sampling: %w", err)
 	}
 	prompt := req.Tokens
 	if prompt == nil {
 		prompt, _ = f.Tokenize(req.Prompt, req.AddSpecial)
 	}
 	if len(prompt) == 0 {
-		return runtime.Response{}, runtime.ErrEmptyPrompt
+		return engine.Response{}, engine.ErrEmptyPrompt
 	}
 	for _, t := range prompt {
 		if t < 0 || t >= FakeVocabSize {
-			return runtime.Response{}, fmt.Errorf("enginetest: prompt token %d outside vocabulary", t)
+			return engine.Response{}, fmt.Errorf("enginetest: prompt token %d outside vocabulary", t)
 		}
 	}
 	if len(prompt) >= f.o.ContextLength {
-		return runtime.Response{}, &runtime.ContextLengthError{PromptTokens: len(prompt), ContextLength: f.o.ContextLength}
+		return engine.Response{}, &engine.ContextLengthError{PromptTokens: len(prompt), ContextLength: f.o.ContextLength}
 	}
 	enqueued := time.Now()
 	select {
 	case f.sem <- struct{}{}:
 	case <-ctx.Done():
-		return runtime.Response{FinishReason: runtime.FinishCancelled}, ctx.Err()
+		return engine.Response{FinishReason: engine.FinishCancelled}, ctx.Err()
 	}
 	defer func() { <-f.sem }()
 
@@ -182,7 +182,7 @@ func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runt
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
-		return runtime.Response{}, runtime.ErrClosed
+		return engine.Response{}, engine.ErrClosed
 	}
 	f.calls++
 	best, bestN := -1, -1
@@ -215,12 +215,12 @@ func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runt
 	kv := append([]int32(nil), prompt...)
 	f.setSlot(best, kv)
 
-	tm := runtime.Timings{PromptTokens: len(prompt), CachedTokens: cached}
+	tm := engine.Timings{PromptTokens: len(prompt), CachedTokens: cached}
 	admitted := time.Now()
 	tm.QueueDuration = admitted.Sub(enqueued)
-	resp := runtime.Response{}
+	resp := engine.Response{}
 	if err := sleep(ctx, time.Duration(len(prompt)-cached)*f.o.PromptDelay); err != nil {
-		resp.FinishReason, tm.PromptDuration = runtime.FinishCancelled, time.Since(admitted)
+		resp.FinishReason, tm.PromptDuration = engine.FinishCancelled, time.Since(admitted)
 		resp.Timings = tm
 		return resp, err
 	}
@@ -229,15 +229,15 @@ func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runt
 
 	promptText, _ := f.Detokenize(prompt)
 	reply := f.reply(promptText)
-	sampler := runtime.NewSampler(req.Sampling)
-	stream := runtime.NewTextStream(req.Stop)
+	sampler := engine.NewSampler(req.Sampling)
+	stream := engine.NewTextStream(req.Stop)
 	history := append([]int32(nil), prompt...)
 	logits := make([]float32, FakeVocabSize)
-	finish := func(r runtime.FinishReason, err error) (runtime.Response, error) {
-		if r != runtime.FinishCancelled {
+	finish := func(r engine.FinishReason, err error) (engine.Response, error) {
+		if r != engine.FinishCancelled {
 			if rest := stream.Flush(); rest != "" && emit != nil {
-				if e := emit(runtime.Token{ID: -1, Text: rest}); e != nil {
-					r, err = runtime.FinishCancelled, e
+				if e := emit(engine.Token{ID: -1, Text: rest}); e != nil {
+					r, err = engine.FinishCancelled, e
 				}
 			}
 		}
@@ -249,11 +249,11 @@ func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runt
 	for step := 0; ; step++ {
 		if step > 0 {
 			if err := sleep(ctx, f.o.TokenDelay); err != nil {
-				return finish(runtime.FinishCancelled, err)
+				return finish(engine.FinishCancelled, err)
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return finish(runtime.FinishCancelled, err)
+			return finish(engine.FinishCancelled, err)
 		}
 		want := TokenIMEnd
 		if step < len(reply) {
@@ -263,7 +263,7 @@ func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runt
 		t := sampler.Sample(logits, history)
 		tm.GeneratedTokens++
 		if (t == TokenIMEnd || t == TokenEndOfText) && !req.IgnoreEOG {
-			return finish(runtime.FinishStop, nil)
+			return finish(engine.FinishStop, nil)
 		}
 		resp.Tokens = append(resp.Tokens, t)
 		history = append(history, t)
@@ -273,17 +273,17 @@ func (f *Fake) Generate(ctx context.Context, req runtime.Request, emit func(runt
 		}
 		visible, stopped := stream.Push(piece)
 		if emit != nil {
-			if err := emit(runtime.Token{ID: t, Text: visible}); err != nil {
-				return finish(runtime.FinishCancelled, err)
+			if err := emit(engine.Token{ID: t, Text: visible}); err != nil {
+				return finish(engine.FinishCancelled, err)
 			}
 		}
 		switch {
 		case stopped:
-			return finish(runtime.FinishStop, nil)
+			return finish(engine.FinishStop, nil)
 		case req.MaxTokens > 0 && len(resp.Tokens) >= req.MaxTokens:
-			return finish(runtime.FinishLength, nil)
+			return finish(engine.FinishLength, nil)
 		case len(kv)+1 > f.o.ContextLength:
-			return finish(runtime.FinishLength, nil)
+			return finish(engine.FinishLength, nil)
 		}
 		kv = append(kv, t)
 	}

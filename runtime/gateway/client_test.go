@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/enginetest"

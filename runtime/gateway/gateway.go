@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime/internal/httpx"
+	"github.com/phonellm/phonellm/internal/httpx"
 )
 
 // DefaultAddr is where ListenAndServe binds when given no address: loopback only.

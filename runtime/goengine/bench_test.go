@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
 	"github.com/phonellm/phonellm/runtime/bench"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // TestQwen35PrefixCheckpoints: with a recurrent cache a prompt can resume
@@ -30,7 +30,7 @@ func TestQwen35PrefixCheckpoints(t *testing.T) {
 	shared := slices.Repeat([]int32{104, 101, 108, 108, 111, 32}, 420) // 2520 tokens of "hello "
 	var cached []int
 	for i, b := range []int32{65, 70, 75} {
-		req := runtime.Request{Tokens: slices.Concat(shared, []int32{b, b + 1, b + 2, 10}), MaxTokens: 6}
+		req := engine.Request{Tokens: slices.Concat(shared, []int32{b, b + 1, b + 2, 10}), MaxTokens: 6}
 		got, err := e.Generate(context.Background(), req, nil)
 		if err != nil {
 			t.Fatal(err)

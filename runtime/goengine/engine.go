@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -25,7 +25,7 @@ import (
 	_ "github.com/ollama/ollama/model/models/qwen3"
 	_ "github.com/ollama/ollama/model/models/qwen3next"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/goengine/internal/repack"
 )
 
@@ -38,7 +38,7 @@ type Options struct {
 	Path string
 	// ID is the model name served; default: file name without ".gguf".
 	ID string
-	// Threads for the CPU backend; 0 means runtime.NumCPU().
+	// Threads for the CPU backend; 0 means engine.NumCPU().
 	Threads int
 	// Parallel is the number of slots (concurrent sequences); default 1.
 	Parallel int
@@ -75,14 +75,14 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Engine is a runtime.Engine over Ollama's Go engine.
+// Engine is a engine.Engine over Ollama's Go engine.
 type Engine struct {
 	m       model.Model
 	tok     tokenizer.Tokenizer
 	vocab   *tokenizer.Vocabulary
 	cache   kvcache.Cache
-	tmpl    *runtime.ChatTemplate
-	info    runtime.ModelInfo
+	tmpl    *engine.ChatTemplate
+	info    engine.ModelInfo
 	eog     map[int32]bool
 	control []bool
 	numCtx  int
@@ -104,7 +104,7 @@ type Engine struct {
 	repacked repack.Stats
 }
 
-var _ runtime.Engine = (*Engine)(nil)
+var _ engine.Engine = (*Engine)(nil)
 
 // Load reads the GGUF at o.Path, allocates the KV cache and the compute
 // graph, loads the weights and starts the decode loop.
@@ -117,7 +117,7 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		return nil, err
 	}
 	if o.Threads == 0 {
-		o.Threads = goruntime.NumCPU()
+		o.Threads = runtime.NumCPU()
 	}
 	if o.Parallel == 0 {
 		o.Parallel = 1
@@ -162,14 +162,14 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	tok, ok := m.(tokenizer.Tokenizer)
 	if !ok {
 		m.Backend().Close()
-		return nil, &runtime.UnsupportedError{Path: o.Path, Reason: "model has no tokenizer"}
+		return nil, &engine.UnsupportedError{Path: o.Path, Reason: "model has no tokenizer"}
 	}
 	e.tok = tok
 	e.vocab = tok.Vocabulary()
 	e.cache = m.Config().Cache
 	if e.cache == nil {
 		m.Backend().Close()
-		return nil, &runtime.UnsupportedError{Path: o.Path, Reason: "architecture " + kv.Architecture() + " has no KV cache"}
+		return nil, &engine.UnsupportedError{Path: o.Path, Reason: "architecture " + kv.Architecture() + " has no KV cache"}
 	}
 	_, e.recurrent = e.cache.(kvcache.CheckpointCache)
 	e.cache.Init(m.Backend(), kvDType(o.KVCacheType), o.Parallel, o.ContextLength, o.BatchSize)
@@ -202,12 +202,12 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	e.setupVocab()
 	cfg := m.Backend().Config()
 	src := cfg.String("tokenizer.chat_template")
-	e.tmpl, err = runtime.NewChatTemplate(src, e.tokenText(e.vocab.BOS), e.tokenText(e.vocab.EOS))
+	e.tmpl, err = engine.NewChatTemplate(src, e.tokenText(e.vocab.BOS), e.tokenText(e.vocab.EOS))
 	if err != nil {
 		e.closeModel()
 		return nil, fmt.Errorf("goengine: %s: %w", o.Path, err)
 	}
-	e.info = runtime.ModelInfo{
+	e.info = engine.ModelInfo{
 		ID: o.ID, Path: o.Path, Architecture: kv.Architecture(), Engine: "goengine",
 		ContextLength: o.ContextLength, TrainContextLength: train, Parallel: o.Parallel,
 		Threads: o.Threads, BatchSize: o.BatchSize, VocabSize: len(e.vocab.Values),
@@ -243,18 +243,18 @@ func precheck(path string) (ggml.KV, error) {
 		known = known || a == arch
 	}
 	if !known {
-		return nil, &runtime.UnsupportedError{Path: path, Reason: fmt.Sprintf("architecture %q", arch),
+		return nil, &engine.UnsupportedError{Path: path, Reason: fmt.Sprintf("architecture %q", arch),
 			Hint: "supported: " + strings.Join(Architectures, ", ")}
 	}
 	if n := kv.Uint("nextn_predict_layers"); n > 0 {
-		return nil, &runtime.UnsupportedError{Path: path,
+		return nil, &engine.UnsupportedError{Path: path,
 			Reason: fmt.Sprintf("file carries a multi-token-prediction block (%s.nextn_predict_layers=%d) that Ollama's engine cannot load", arch, n),
 			Hint:   "re-convert without the MTP block (phonellm convert, or llama.cpp's converter with --no-mtp)"}
 	}
 	// ggml_ssm_conv asserts (aborting the process) on a non-F32 kernel.
 	for _, ti := range g.Tensors().Items() {
 		if strings.HasSuffix(ti.Name, "ssm_conv1d.weight") && ti.Kind != 0 {
-			return nil, &runtime.UnsupportedError{Path: path,
+			return nil, &engine.UnsupportedError{Path: path,
 				Reason: fmt.Sprintf("tensor %s is %s; the engine needs F32 (as llama.cpp's converter writes it)", ti.Name, ti.Type()),
 				Hint:   "re-convert the model"}
 		}
@@ -341,10 +341,10 @@ func (e *Engine) tokenText(ids []int32) string {
 	return e.vocab.Values[ids[0]]
 }
 
-// Info implements runtime.Engine.
-func (e *Engine) Info() runtime.ModelInfo { return e.info }
+// Info implements engine.Engine.
+func (e *Engine) Info() engine.ModelInfo { return e.info }
 
-// Tokenize implements runtime.Engine.
+// Tokenize implements engine.Engine.
 func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	ids, err := e.tok.Encode(text, addSpecial)
 	if err != nil {
@@ -353,7 +353,7 @@ func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	return ids, nil
 }
 
-// Detokenize implements runtime.Engine. Control tokens are rendered as
+// Detokenize implements engine.Engine. Control tokens are rendered as
 // their text.
 func (e *Engine) Detokenize(tokens []int32) (string, error) {
 	for _, t := range tokens {
@@ -377,13 +377,13 @@ func (e *Engine) piece(t int32) string {
 	return s
 }
 
-// ApplyChatTemplate implements runtime.Engine.
-func (e *Engine) ApplyChatTemplate(messages []runtime.Message, opts runtime.TemplateOptions) (string, error) {
+// ApplyChatTemplate implements engine.Engine.
+func (e *Engine) ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	return e.tmpl.Render(messages, opts)
 }
 
-// Close implements runtime.Engine: it fails queued and running requests
-// with runtime.ErrClosed, stops the loop and frees the model.
+// Close implements engine.Engine: it fails queued and running requests
+// with engine.ErrClosed, stops the loop and frees the model.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
@@ -60,7 +60,7 @@ func TestLoadRejects(t *testing.T) {
 	} {
 		path := writeTinyGGUF(t, dir, tc.spec)
 		_, err := Load(context.Background(), Options{Path: path, Threads: 1})
-		var ue *runtime.UnsupportedError
+		var ue *engine.UnsupportedError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%+v: err %v, want UnsupportedError about %q", tc.spec, err, tc.want)
 		}
@@ -86,7 +86,7 @@ func TestInfoAndTemplate(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	off := false
-	p, err := e.ApplyChatTemplate([]runtime.Message{{Role: "user", Content: "hi"}}, runtime.TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
+	p, err := e.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "hi"}}, engine.TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
 	if err != nil || p != "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n" {
 		t.Fatalf("template: %q %v", p, err)
 	}
@@ -106,7 +106,7 @@ func TestCloseFailsRunningAndLaterRequests(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		n := 0
-		_, err := e.Generate(context.Background(), runtime.Request{Prompt: "go", IgnoreEOG: true}, func(runtime.Token) error {
+		_, err := e.Generate(context.Background(), engine.Request{Prompt: "go", IgnoreEOG: true}, func(engine.Token) error {
 			if n++; n == 1 {
 				close(started)
 			}
@@ -118,10 +118,10 @@ func TestCloseFailsRunningAndLaterRequests(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, runtime.ErrClosed) {
+	if err := <-done; !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("running request: %v, want ErrClosed", err)
 	}
-	if _, err := e.Generate(context.Background(), runtime.Request{Prompt: "x"}, nil); !errors.Is(err, runtime.ErrClosed) {
+	if _, err := e.Generate(context.Background(), engine.Request{Prompt: "x"}, nil); !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 	if err := e.Close(); err != nil {
@@ -143,7 +143,7 @@ func TestBorrowPrefixFromBusySlot(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started := make(chan struct{})
-	go e.Generate(ctx, runtime.Request{Tokens: append(slices.Clone(shared), 65), IgnoreEOG: true}, func(runtime.Token) error {
+	go e.Generate(ctx, engine.Request{Tokens: append(slices.Clone(shared), 65), IgnoreEOG: true}, func(engine.Token) error {
 		select {
 		case <-started:
 		default:
@@ -152,7 +152,7 @@ func TestBorrowPrefixFromBusySlot(t *testing.T) {
 		return nil
 	})
 	<-started
-	req := runtime.Request{Tokens: append(slices.Clone(shared), 66, 67), MaxTokens: 8}
+	req := engine.Request{Tokens: append(slices.Clone(shared), 66, 67), MaxTokens: 8}
 	got, err := e.Generate(context.Background(), req, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -177,13 +177,13 @@ func TestTwoEnginesInOneProcess(t *testing.T) {
 	}
 	defer b.Close()
 	shared, _ := a.Tokenize(strings.Repeat("Review the transaction for fraud. ", 40), false)
-	req := runtime.Request{Tokens: shared, MaxTokens: 6, NoCache: true}
+	req := engine.Request{Tokens: shared, MaxTokens: 6, NoCache: true}
 	want, err := a.Generate(context.Background(), req, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		var ra, rb runtime.Response
+		var ra, rb engine.Response
 		var wg sync.WaitGroup
 		wg.Go(func() { ra, _ = a.Generate(context.Background(), req, nil) })
 		wg.Go(func() { rb, _ = b.Generate(context.Background(), req, nil) })

@@ -6,7 +6,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // maxLogitChunk bounds the logits of one forward pass of Logits (floats): for Qwen's 151,936-token vocabulary
@@ -32,10 +32,10 @@ var forwardMu sync.Mutex
 // with Close.
 func (e *Engine) Logits(ctx context.Context, tokens []int32, fn func(pos int, logits []float32) error) error {
 	if len(tokens) == 0 {
-		return runtime.ErrEmptyPrompt
+		return engine.ErrEmptyPrompt
 	}
 	if len(tokens) > e.numCtx {
-		return &runtime.ContextLengthError{PromptTokens: len(tokens), ContextLength: e.numCtx}
+		return &engine.ContextLengthError{PromptTokens: len(tokens), ContextLength: e.numCtx}
 	}
 	vocab := len(e.vocab.Values)
 	for i, t := range tokens {
@@ -64,7 +64,7 @@ func (e *Engine) Logits(ctx context.Context, tokens []int32, fn func(pos int, lo
 	closed := e.closed
 	e.mu.Unlock()
 	if closed {
-		return runtime.ErrClosed
+		return engine.ErrClosed
 	}
 
 	sl := e.slots[0]

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/internal/oracle"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 func collectLogits(t *testing.T, e *Engine, toks []int32) [][]float32 {
@@ -135,7 +135,7 @@ func TestLogitsChunking(t *testing.T) {
 			if worst > 1e-2 {
 				t.Errorf("max |Δlogit| between batch 64 and batch 7: %.4g", worst)
 			}
-			resp, err := one.Generate(context.Background(), runtime.Request{Tokens: toks, MaxTokens: 1, IgnoreEOG: true}, nil)
+			resp, err := one.Generate(context.Background(), engine.Request{Tokens: toks, MaxTokens: 1, IgnoreEOG: true}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,10 +157,10 @@ func TestLogitsErrors(t *testing.T) {
 	e := load(t, tinySpec{arch: "qwen3", seed: 11}, Options{ContextLength: 32, BatchSize: 8, Parallel: 2})
 	ctx := context.Background()
 	noop := func(int, []float32) error { return nil }
-	if err := e.Logits(ctx, nil, noop); !errors.Is(err, runtime.ErrEmptyPrompt) {
+	if err := e.Logits(ctx, nil, noop); !errors.Is(err, engine.ErrEmptyPrompt) {
 		t.Errorf("empty: %v", err)
 	}
-	var cl *runtime.ContextLengthError
+	var cl *engine.ContextLengthError
 	if err := e.Logits(ctx, testTokens(33, 256), noop); !errors.As(err, &cl) {
 		t.Errorf("33 tokens in a 32-token context: %v", err)
 	}
@@ -185,7 +185,7 @@ func TestLogitsErrors(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.Generate(ctx, runtime.Request{Tokens: testTokens(6, 256), MaxTokens: 8, IgnoreEOG: true}, nil); err != nil {
+			if _, err := e.Generate(ctx, engine.Request{Tokens: testTokens(6, 256), MaxTokens: 8, IgnoreEOG: true}, nil); err != nil {
 				t.Error(err)
 			}
 		}()

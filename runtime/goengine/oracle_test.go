@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // oracleDir returns the node-llama-cpp install made by
@@ -88,12 +88,12 @@ func TestGreedyMatchesLlamaCpp(t *testing.T) {
 
 func compareWithOracle(t *testing.T, e *Engine, dir string) {
 	for _, msg := range []string{"hello world", "Is this transaction fraud? Amount: 9,999 EUR."} {
-		prompt, err := e.ApplyChatTemplate([]runtime.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
-			runtime.TemplateOptions{AddGenerationPrompt: true})
+		prompt, err := e.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
+			engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := e.Generate(context.Background(), runtime.Request{Prompt: prompt, MaxTokens: 32}, nil)
+		got, err := e.Generate(context.Background(), engine.Request{Prompt: prompt, MaxTokens: 32}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

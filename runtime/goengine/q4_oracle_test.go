@@ -19,7 +19,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/quantize"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // Quantized files and the oracle: what was measured, and why the Q4_K_M
@@ -153,12 +153,12 @@ func selectPrompts(t *testing.T, e *Engine, msgs []string, n int) []candidate {
 	ctx := context.Background()
 	var cs []candidate
 	for i, msg := range msgs {
-		prompt, err := e.ApplyChatTemplate([]runtime.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
-			runtime.TemplateOptions{AddGenerationPrompt: true})
+		prompt, err := e.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
+			engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := e.Generate(ctx, runtime.Request{Prompt: prompt, MaxTokens: 32}, nil)
+		got, err := e.Generate(ctx, engine.Request{Prompt: prompt, MaxTokens: 32}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,12 +315,12 @@ func TestQuantizedLogitsMatchLlamaCpp(t *testing.T) {
 			eq, ef := loadOracleEngine(t, q4), loadOracleEngine(t, f16)
 			vocab := len(eq.vocab.Values)
 			for _, msg := range q4Candidates()[:2] {
-				prompt, err := eq.ApplyChatTemplate([]runtime.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
-					runtime.TemplateOptions{AddGenerationPrompt: true})
+				prompt, err := eq.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
+					engine.TemplateOptions{AddGenerationPrompt: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := eq.Generate(context.Background(), runtime.Request{Prompt: prompt, MaxTokens: 32}, nil)
+				got, err := eq.Generate(context.Background(), engine.Request{Prompt: prompt, MaxTokens: 32}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

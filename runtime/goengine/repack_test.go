@@ -11,7 +11,7 @@ import (
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/quantize"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // mulmat computes W·X on e's backend for the weight called name, with X
@@ -110,8 +110,8 @@ func TestRepackMatchesPlainLayout(t *testing.T) {
 			if n := plain.Info().RepackedTensors; n != 0 {
 				t.Fatalf("NoRepack: %d tensors repacked", n)
 			}
-			prompt, err := plain.ApplyChatTemplate([]runtime.Message{{Role: "user", Content: "Is this transaction fraud? Amount: 9,999 EUR."}},
-				runtime.TemplateOptions{AddGenerationPrompt: true})
+			prompt, err := plain.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "Is this transaction fraud? Amount: 9,999 EUR."}},
+				engine.TemplateOptions{AddGenerationPrompt: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestRepackMatchesPlainLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gen, err := plain.Generate(context.Background(), runtime.Request{Tokens: ids, MaxTokens: 32, IgnoreEOG: true}, nil)
+			gen, err := plain.Generate(context.Background(), engine.Request{Tokens: ids, MaxTokens: 32, IgnoreEOG: true}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

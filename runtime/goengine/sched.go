@@ -12,7 +12,7 @@ import (
 	"github.com/ollama/ollama/model"
 	"github.com/ollama/ollama/model/input"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 // ggmlMu serializes all work on ggml (loading, cache operations, forward
@@ -33,10 +33,10 @@ type slot struct {
 
 // sequence is one request inside the decode loop.
 type sequence struct {
-	req     runtime.Request
+	req     engine.Request
 	prompt  []int32
-	sampler *runtime.Sampler
-	stream  *runtime.TextStream
+	sampler *engine.Sampler
+	stream  *engine.TextStream
 
 	// Loop-owned state.
 	slot      *slot
@@ -46,21 +46,21 @@ type sequence struct {
 	generated []int32
 	admitted  time.Time
 	firstOut  time.Time
-	timings   runtime.Timings
+	timings   engine.Timings
 
 	cancel atomic.Bool
 
 	// Output, guarded by mu; notify has capacity 1.
 	mu       sync.Mutex
-	out      []runtime.Token
+	out      []engine.Token
 	done     bool
-	reason   runtime.FinishReason
+	reason   engine.FinishReason
 	err      error
 	notify   chan struct{}
 	enqueued time.Time
 }
 
-func (s *sequence) push(t runtime.Token) {
+func (s *sequence) push(t engine.Token) {
 	s.mu.Lock()
 	s.out = append(s.out, t)
 	s.mu.Unlock()
@@ -74,33 +74,33 @@ func (s *sequence) wake() {
 	}
 }
 
-// Generate implements runtime.Engine.
-func (e *Engine) Generate(ctx context.Context, req runtime.Request, emit func(runtime.Token) error) (runtime.Response, error) {
+// Generate implements engine.Engine.
+func (e *Engine) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
 	if err := req.Sampling.Validate(); err != nil {
-		return runtime.Response{}, fmt.Errorf("goengine: sampling: %w", err)
+		return engine.Response{}, fmt.Errorf("goengine: sampling: %w", err)
 	}
 	prompt := req.Tokens
 	if prompt == nil {
 		var err error
 		if prompt, err = e.Tokenize(req.Prompt, req.AddSpecial); err != nil {
-			return runtime.Response{}, err
+			return engine.Response{}, err
 		}
 	}
 	if len(prompt) == 0 {
-		return runtime.Response{}, runtime.ErrEmptyPrompt
+		return engine.Response{}, engine.ErrEmptyPrompt
 	}
 	for _, t := range prompt {
 		if t < 0 || int(t) >= len(e.vocab.Values) {
-			return runtime.Response{}, fmt.Errorf("goengine: prompt token %d outside vocabulary of %d", t, len(e.vocab.Values))
+			return engine.Response{}, fmt.Errorf("goengine: prompt token %d outside vocabulary of %d", t, len(e.vocab.Values))
 		}
 	}
 	if len(prompt) >= e.numCtx {
-		return runtime.Response{}, &runtime.ContextLengthError{PromptTokens: len(prompt), ContextLength: e.numCtx}
+		return engine.Response{}, &engine.ContextLengthError{PromptTokens: len(prompt), ContextLength: e.numCtx}
 	}
 	s := &sequence{
 		req: req, prompt: prompt,
-		sampler:  runtime.NewSampler(req.Sampling),
-		stream:   runtime.NewTextStream(req.Stop),
+		sampler:  engine.NewSampler(req.Sampling),
+		stream:   engine.NewTextStream(req.Stop),
 		notify:   make(chan struct{}, 1),
 		enqueued: time.Now(),
 	}
@@ -108,14 +108,14 @@ func (e *Engine) Generate(ctx context.Context, req runtime.Request, emit func(ru
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return runtime.Response{FinishReason: runtime.FinishCancelled}, ctx.Err()
+		return engine.Response{FinishReason: engine.FinishCancelled}, ctx.Err()
 	}
 	defer func() { <-e.sem }()
 
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return runtime.Response{}, runtime.ErrClosed
+		return engine.Response{}, engine.ErrClosed
 	}
 	e.incoming = append(e.incoming, s)
 	e.cond.Broadcast()
@@ -154,14 +154,14 @@ func (e *Engine) Generate(ctx context.Context, req runtime.Request, emit func(ru
 			break
 		}
 	}
-	resp := runtime.Response{Text: s.stream.Text(), Tokens: s.generated, FinishReason: s.reason, Timings: s.timings}
+	resp := engine.Response{Text: s.stream.Text(), Tokens: s.generated, FinishReason: s.reason, Timings: s.timings}
 	switch {
 	case emitErr != nil:
-		resp.FinishReason = runtime.FinishCancelled
+		resp.FinishReason = engine.FinishCancelled
 		return resp, emitErr
 	case s.err != nil:
 		return resp, s.err
-	case ctx.Err() != nil && s.reason == runtime.FinishCancelled:
+	case ctx.Err() != nil && s.reason == engine.FinishCancelled:
 		return resp, ctx.Err()
 	}
 	return resp, nil
@@ -191,11 +191,11 @@ func (e *Engine) loop() {
 			e.incoming = nil
 			e.mu.Unlock()
 			for _, s := range in {
-				e.finish(s, runtime.FinishCancelled, runtime.ErrClosed)
+				e.finish(s, engine.FinishCancelled, engine.ErrClosed)
 			}
 			for _, sl := range e.slots {
 				if sl.seq != nil {
-					e.finish(sl.seq, runtime.FinishCancelled, runtime.ErrClosed)
+					e.finish(sl.seq, engine.FinishCancelled, engine.ErrClosed)
 				}
 			}
 			return
@@ -210,7 +210,7 @@ func (e *Engine) loop() {
 		}
 		for _, sl := range e.slots {
 			if sl.seq != nil && sl.seq.cancel.Load() {
-				e.finish(sl.seq, runtime.FinishCancelled, nil)
+				e.finish(sl.seq, engine.FinishCancelled, nil)
 			}
 		}
 		if e.anyActive() {
@@ -244,7 +244,7 @@ func (e *Engine) admit(s *sequence) {
 		}
 	}
 	if best == nil { // cannot happen: the semaphore bounds active sequences
-		e.finish(s, runtime.FinishCancelled, fmt.Errorf("goengine: no free slot"))
+		e.finish(s, engine.FinishCancelled, fmt.Errorf("goengine: no free slot"))
 		return
 	}
 	if !e.recurrent && !s.req.NoCache {
@@ -272,7 +272,7 @@ func (e *Engine) admit(s *sequence) {
 		n = 0
 		if err := e.cache.Remove(best.id, 0, math.MaxInt32); err != nil {
 			best.tokens = nil
-			e.finish(s, runtime.FinishCancelled, fmt.Errorf("goengine: clear slot %d: %w", best.id, err))
+			e.finish(s, engine.FinishCancelled, fmt.Errorf("goengine: clear slot %d: %w", best.id, err))
 			return
 		}
 	}
@@ -294,7 +294,7 @@ func (e *Engine) admit(s *sequence) {
 	s.pending = s.prompt[n:]
 	s.history = append([]int32(nil), s.prompt...)
 	s.admitted = time.Now()
-	s.timings = runtime.Timings{PromptTokens: len(s.prompt), CachedTokens: int(n), QueueDuration: s.admitted.Sub(s.enqueued)}
+	s.timings = engine.Timings{PromptTokens: len(s.prompt), CachedTokens: int(n), QueueDuration: s.admitted.Sub(s.enqueued)}
 }
 
 // borrow gives s a longer prompt prefix held by another slot, busy or not
@@ -335,10 +335,10 @@ func commonPrefix(a, b []int32) int {
 
 // finish ends s: flushes held-back text, records the reason and frees its
 // slot (the slot keeps its cached tokens for the next prompt).
-func (e *Engine) finish(s *sequence, reason runtime.FinishReason, err error) {
-	if reason != runtime.FinishCancelled {
+func (e *Engine) finish(s *sequence, reason engine.FinishReason, err error) {
+	if reason != engine.FinishCancelled {
 		if rest := s.stream.Flush(); rest != "" {
-			s.push(runtime.Token{ID: -1, Text: rest})
+			s.push(engine.Token{ID: -1, Text: rest})
 		}
 	}
 	if s.slot != nil {
@@ -426,7 +426,7 @@ func (e *Engine) step() {
 			// The cache state of these slots is unknown now: drop it.
 			_ = e.cache.Remove(ent.seq.slot.id, 0, math.MaxInt32)
 			ent.seq.slot.tokens = nil
-			e.finish(ent.seq, runtime.FinishCancelled, err)
+			e.finish(ent.seq, engine.FinishCancelled, err)
 		}
 		return
 	}
@@ -457,20 +457,20 @@ func (e *Engine) sampleNext(s *sequence, logits []float32) {
 	s.timings.GeneratedTokens++
 	s.timings.GenerateDuration = time.Since(s.firstOut)
 	if e.eog[t] && !s.req.IgnoreEOG {
-		e.finish(s, runtime.FinishStop, nil)
+		e.finish(s, engine.FinishStop, nil)
 		return
 	}
 	s.generated = append(s.generated, t)
 	s.history = append(s.history, t)
 	visible, stopped := s.stream.Push(e.piece(t))
-	s.push(runtime.Token{ID: t, Text: visible})
+	s.push(engine.Token{ID: t, Text: visible})
 	switch {
 	case stopped:
-		e.finish(s, runtime.FinishStop, nil)
+		e.finish(s, engine.FinishStop, nil)
 	case s.req.MaxTokens > 0 && len(s.generated) >= s.req.MaxTokens:
-		e.finish(s, runtime.FinishLength, nil)
+		e.finish(s, engine.FinishLength, nil)
 	case len(s.slot.tokens)+1 > e.numCtx:
-		e.finish(s, runtime.FinishLength, nil)
+		e.finish(s, engine.FinishLength, nil)
 	default:
 		s.pending = []int32{t}
 	}

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 )
 
-// Client is a runtime.Engine over a running llama-server (llama.cpp's
+// Client is a engine.Engine over a running llama-server (llama.cpp's
 // tools/server) reached at a base URL. It uses llama-server's native
 // endpoints: /tokenize, /detokenize, /apply-template and a streaming
 // /completion with token ids, so stop sequences, sampling and the prompt
@@ -24,11 +24,11 @@ type Client struct {
 	base   string
 	apiKey string
 	hc     *http.Client
-	info   runtime.ModelInfo
+	info   engine.ModelInfo
 	stop   func() error // set by Start: stops the supervised process
 }
 
-var _ runtime.Engine = (*Client)(nil)
+var _ engine.Engine = (*Client)(nil)
 
 // maxResponse bounds a non-streaming response body and one stream line.
 const maxResponse = 64 << 20
@@ -73,7 +73,7 @@ func (c *Client) readInfo(ctx context.Context) error {
 		return fmt.Errorf("llamaserver: %s: /props and /v1/models lack n_ctx or n_vocab", c.base)
 	}
 	m := models.Data[0]
-	c.info = runtime.ModelInfo{ID: m.ID, Path: props.ModelPath, Architecture: "llama.cpp", Engine: "llama-server",
+	c.info = engine.ModelInfo{ID: m.ID, Path: props.ModelPath, Architecture: "llama.cpp", Engine: "llama-server",
 		ContextLength: props.Settings.NCtx, TrainContextLength: m.Meta.NCtxTrain, Parallel: max(props.TotalSlots, 1),
 		VocabSize: m.Meta.NVocab, HasChatTemplate: props.ChatTemplate != ""}
 	return nil
@@ -144,10 +144,10 @@ func trim(b []byte) string {
 	return s
 }
 
-// Info implements runtime.Engine.
-func (c *Client) Info() runtime.ModelInfo { return c.info }
+// Info implements engine.Engine.
+func (c *Client) Info() engine.ModelInfo { return c.info }
 
-// Tokenize implements runtime.Engine (special tokens are parsed).
+// Tokenize implements engine.Engine (special tokens are parsed).
 func (c *Client) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	var out struct {
 		Tokens []int32 `json:"tokens"`
@@ -156,7 +156,7 @@ func (c *Client) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	return out.Tokens, err
 }
 
-// Detokenize implements runtime.Engine.
+// Detokenize implements engine.Engine.
 func (c *Client) Detokenize(tokens []int32) (string, error) {
 	if err := c.checkTokens(tokens); err != nil {
 		return "", err
@@ -177,9 +177,9 @@ func (c *Client) checkTokens(tokens []int32) error {
 	return nil
 }
 
-// ApplyChatTemplate implements runtime.Engine with llama-server's Jinja
+// ApplyChatTemplate implements engine.Engine with llama-server's Jinja
 // renderer (/apply-template).
-func (c *Client) ApplyChatTemplate(messages []runtime.Message, opts runtime.TemplateOptions) (string, error) {
+func (c *Client) ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	if len(messages) == 0 {
 		return "", errors.New("llamaserver: chat template: no messages")
 	}
@@ -210,26 +210,26 @@ type completionChunk struct {
 	} `json:"timings"`
 }
 
-// Generate implements runtime.Engine over a streaming POST /completion.
-func (c *Client) Generate(ctx context.Context, req runtime.Request, emit func(runtime.Token) error) (runtime.Response, error) {
+// Generate implements engine.Engine over a streaming POST /completion.
+func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
 	if err := req.Sampling.Validate(); err != nil {
-		return runtime.Response{}, fmt.Errorf("llamaserver: sampling: %w", err)
+		return engine.Response{}, fmt.Errorf("llamaserver: sampling: %w", err)
 	}
 	prompt := req.Tokens
 	if prompt == nil {
 		var err error
 		if prompt, err = c.Tokenize(req.Prompt, req.AddSpecial); err != nil {
-			return runtime.Response{}, err
+			return engine.Response{}, err
 		}
 	}
 	if len(prompt) == 0 {
-		return runtime.Response{}, runtime.ErrEmptyPrompt
+		return engine.Response{}, engine.ErrEmptyPrompt
 	}
 	if err := c.checkTokens(prompt); err != nil {
-		return runtime.Response{}, err
+		return engine.Response{}, err
 	}
 	if len(prompt) >= c.info.ContextLength {
-		return runtime.Response{}, &runtime.ContextLengthError{PromptTokens: len(prompt), ContextLength: c.info.ContextLength}
+		return engine.Response{}, &engine.ContextLengthError{PromptTokens: len(prompt), ContextLength: c.info.ContextLength}
 	}
 	p := req.Sampling
 	body := map[string]any{
@@ -252,13 +252,13 @@ func (c *Client) Generate(ctx context.Context, req runtime.Request, emit func(ru
 	resp, err := c.do(ctx, "POST", "/completion", body)
 	if err != nil {
 		if ctx.Err() != nil {
-			return runtime.Response{FinishReason: runtime.FinishCancelled}, ctx.Err()
+			return engine.Response{FinishReason: engine.FinishCancelled}, ctx.Err()
 		}
-		return runtime.Response{}, err
+		return engine.Response{}, err
 	}
 	defer resp.Body.Close()
 
-	var out runtime.Response
+	var out engine.Response
 	var text strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxResponse)
@@ -269,7 +269,7 @@ func (c *Client) Generate(ctx context.Context, req runtime.Request, emit func(ru
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			out.Text, out.FinishReason = text.String(), runtime.FinishCancelled
+			out.Text, out.FinishReason = text.String(), engine.FinishCancelled
 			return out, err
 		}
 		var ch completionChunk
@@ -277,35 +277,35 @@ func (c *Client) Generate(ctx context.Context, req runtime.Request, emit func(ru
 			return out, fmt.Errorf("llamaserver: /completion: decode %q: %w", trim([]byte(line)), err)
 		}
 		for i, t := range ch.Tokens {
-			tok := runtime.Token{ID: t}
+			tok := engine.Token{ID: t}
 			if i == len(ch.Tokens)-1 {
 				tok.Text = ch.Content
 			}
 			out.Tokens = append(out.Tokens, t)
 			if err := ctx.Err(); err != nil {
-				out.Text, out.FinishReason = text.String(), runtime.FinishCancelled
+				out.Text, out.FinishReason = text.String(), engine.FinishCancelled
 				return out, err
 			}
 			if err := emitTo(emit, tok); err != nil {
-				out.Text, out.FinishReason = text.String(), runtime.FinishCancelled
+				out.Text, out.FinishReason = text.String(), engine.FinishCancelled
 				return out, err
 			}
 		}
 		if len(ch.Tokens) == 0 && ch.Content != "" {
-			if err := emitTo(emit, runtime.Token{ID: -1, Text: ch.Content}); err != nil {
-				out.Text, out.FinishReason = text.String(), runtime.FinishCancelled
+			if err := emitTo(emit, engine.Token{ID: -1, Text: ch.Content}); err != nil {
+				out.Text, out.FinishReason = text.String(), engine.FinishCancelled
 				return out, err
 			}
 		}
 		text.WriteString(ch.Content)
 		if ch.Stop {
 			done = true
-			out.FinishReason = runtime.FinishLength
+			out.FinishReason = engine.FinishLength
 			if ch.StopType == "eos" || ch.StopType == "word" {
-				out.FinishReason = runtime.FinishStop
+				out.FinishReason = engine.FinishStop
 			}
 			if t := ch.Timings; t != nil {
-				out.Timings = runtime.Timings{PromptTokens: len(prompt), CachedTokens: t.CacheN,
+				out.Timings = engine.Timings{PromptTokens: len(prompt), CachedTokens: t.CacheN,
 					PromptDuration: msDuration(t.PromptMS), GeneratedTokens: t.PredictedN, GenerateDuration: msDuration(t.PredictedMS)}
 			}
 		}
@@ -313,7 +313,7 @@ func (c *Client) Generate(ctx context.Context, req runtime.Request, emit func(ru
 	out.Text = text.String()
 	if err := sc.Err(); err != nil || !done {
 		if ctx.Err() != nil {
-			out.FinishReason = runtime.FinishCancelled
+			out.FinishReason = engine.FinishCancelled
 			return out, ctx.Err()
 		}
 		if err == nil {
@@ -324,7 +324,7 @@ func (c *Client) Generate(ctx context.Context, req runtime.Request, emit func(ru
 	return out, nil
 }
 
-func emitTo(emit func(runtime.Token) error, t runtime.Token) error {
+func emitTo(emit func(engine.Token) error, t engine.Token) error {
 	if emit == nil {
 		return nil
 	}
@@ -347,7 +347,7 @@ func repeatLastN(n int) int {
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
-// Close implements runtime.Engine: it stops the supervised process, if any.
+// Close implements engine.Engine: it stops the supervised process, if any.
 func (c *Client) Close() error {
 	if c.stop != nil {
 		return c.stop()

@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
@@ -91,10 +91,10 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 	})
 	mux.HandleFunc("POST /apply-template", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
-			Messages []runtime.Message `json:"messages"`
+			Messages []engine.Message `json:"messages"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		p, err := f.ApplyChatTemplate(in.Messages, runtime.TemplateOptions{AddGenerationPrompt: true})
+		p, err := f.ApplyChatTemplate(in.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -121,8 +121,8 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 			http.Error(w, "fake llama-server: want a streaming request with return_tokens", 400)
 			return
 		}
-		req := runtime.Request{Tokens: in.Prompt, Stop: in.Stop, NoCache: !in.CachePrompt, IgnoreEOG: in.IgnoreEOS,
-			Sampling: runtime.SamplingParams{Temperature: in.Temperature, TopK: in.TopK, TopP: in.TopP, MinP: in.MinP, RepeatPenalty: in.RepeatPenalty}}
+		req := engine.Request{Tokens: in.Prompt, Stop: in.Stop, NoCache: !in.CachePrompt, IgnoreEOG: in.IgnoreEOS,
+			Sampling: engine.SamplingParams{Temperature: in.Temperature, TopK: in.TopK, TopP: in.TopP, MinP: in.MinP, RepeatPenalty: in.RepeatPenalty}}
 		if in.NPredict > 0 {
 			req.MaxTokens = in.NPredict
 		}
@@ -139,7 +139,7 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 			w.(http.Flusher).Flush()
 			return nil
 		}
-		resp, err := f.Generate(r.Context(), req, func(t runtime.Token) error {
+		resp, err := f.Generate(r.Context(), req, func(t engine.Token) error {
 			toks := []int32{}
 			if t.ID >= 0 {
 				toks = []int32{t.ID}
@@ -149,7 +149,7 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 		if err != nil {
 			return
 		}
-		stopType := map[runtime.FinishReason]string{runtime.FinishStop: "eos", runtime.FinishLength: "limit"}[resp.FinishReason]
+		stopType := map[engine.FinishReason]string{engine.FinishStop: "eos", engine.FinishLength: "limit"}[resp.FinishReason]
 		tm := resp.Timings
 		_ = send(map[string]any{"content": "", "tokens": []int32{}, "stop": true, "stop_type": stopType,
 			"timings": map[string]any{"cache_n": tm.CachedTokens, "prompt_n": tm.PromptTokens - tm.CachedTokens,

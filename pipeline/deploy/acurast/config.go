@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/deploy"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 )
 
 // Options are the Acurast-specific settings (the JSON of deploy.Spec.Target). Zero values are usable.

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/deploy"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 )
 
 //go:embed node/package.json node/package-lock.json node/driver.mjs

@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -79,7 +79,7 @@ func New(o Options) (*Fleet, error) {
 		o.Supervisor = DefaultSupervisor
 	}
 	if o.Cores <= 0 {
-		o.Cores = goruntime.NumCPU()
+		o.Cores = runtime.NumCPU()
 	}
 	if o.BasePort < 0 || o.BasePort > 65535-deploy.MaxReplicas {
 		return nil, fmt.Errorf("local: base port %d out of range", o.BasePort)

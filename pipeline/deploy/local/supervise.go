@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -200,8 +200,8 @@ func (s *supervisor) setState(i int, st deploy.State) {
 func (s *supervisor) run(ctx context.Context, i int) {
 	// PR_SET_PDEATHSIG fires when the thread that forked the child exits, not the process: keep this
 	// goroutine on one thread for the replica's lifetime so the Go scheduler cannot retire that thread.
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	backoff := s.o.BackoffBase
 	for ctx.Err() == nil {
 		started := time.Now()

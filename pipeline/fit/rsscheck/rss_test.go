@@ -11,7 +11,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	goruntime "runtime"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +20,7 @@ import (
 
 	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/runtime"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/goengine"
 )
 
@@ -81,13 +81,13 @@ func child(spec string) int {
 	if err != nil {
 		return fail(err)
 	}
-	var ms goruntime.MemStats
-	goruntime.ReadMemStats(&ms)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
 	heapLoaded := int64(ms.HeapSys - ms.HeapReleased)
 	// One full-context request per slot, at the same time, so every slot's cache and the widest batch are
 	// touched (the estimate is for all slots in use). Prompts differ from the first token: no prefix sharing.
 	var wg sync.WaitGroup
-	resps := make([]runtime.Response, n[1])
+	resps := make([]engine.Response, n[1])
 	errs := make([]error, n[1])
 	for s := range n[1] {
 		prompt := make([]int32, n[0]-2)
@@ -97,8 +97,8 @@ func child(spec string) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resps[s], errs[s] = e.Generate(ctx, runtime.Request{Tokens: prompt, MaxTokens: 1, IgnoreEOG: true,
-				Sampling: runtime.SamplingParams{Temperature: 0}}, func(runtime.Token) error { return nil })
+			resps[s], errs[s] = e.Generate(ctx, engine.Request{Tokens: prompt, MaxTokens: 1, IgnoreEOG: true,
+				Sampling: engine.SamplingParams{Temperature: 0}}, func(engine.Token) error { return nil })
 		}()
 	}
 	wg.Wait()
@@ -113,7 +113,7 @@ func child(spec string) int {
 	if err != nil {
 		return fail(err)
 	}
-	goruntime.ReadMemStats(&ms)
+	runtime.ReadMemStats(&ms)
 	out.Encode(measurement{RSS: rss, HWM: hwm, Base: base, Loaded: loaded,
 		GoHeap: int64(ms.HeapSys - ms.HeapReleased), GoHeapLoaded: heapLoaded, PromptTokens: tokens, Seconds: time.Since(start).Seconds()})
 	return 0

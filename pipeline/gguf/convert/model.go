@@ -11,9 +11,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/internal/half"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 

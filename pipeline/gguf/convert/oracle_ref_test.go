@@ -1,4 +1,4 @@
-// The acceptance checks of issue 2 against the independent reference (internal/reference): logits and greedy
+// The acceptance checks of issue 2 against the independent reference (internal/testkit/reference): logits and greedy
 // continuations of our F32 GGUFs in upstream llama.cpp versus a plain-Go forward pass of the HF checkpoint, and
 // llama.cpp's tokenization of our tokenizer KVs versus tokenizer.json semantics.
 //
@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/phonellm/phonellm/internal/oracle"
-	"github.com/phonellm/phonellm/internal/reference"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/reference"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
@@ -17,7 +17,7 @@ import (
 // TestOracleLoads loads every preset's F32, F16 and BF16 GGUF in upstream llama.cpp (the node-llama-cpp
 // oracle): the files must load with the right vocabulary, give finite logits, and the 16-bit files' logits
 // must stay close to the F32 file's. (The comparison with the plain-Go reference forward belongs
-// with internal/reference.) Skipped when the oracle is not installed (failed under CI=1).
+// with internal/testkit/reference.) Skipped when the oracle is not installed (failed under CI=1).
 func TestOracleLoads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: runs llama.cpp")

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 

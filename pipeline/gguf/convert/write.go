@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/phonellm/phonellm/internal/fsx"
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
-	"github.com/phonellm/phonellm/pipeline/internal/half"
 )
 
 // blockElems is the number of float32 values converted per row block (4 MiB), so a conversion holds a few

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 // The golden vectors are llama.cpp's own output (see

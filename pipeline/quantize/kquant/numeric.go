@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
-	"github.com/phonellm/phonellm/pipeline/internal/half"
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 // groupMaxEps is GROUP_MAX_EPS (ggml-quants.c): the "all zero" threshold.

@@ -7,7 +7,7 @@
 //   response: @@oracle {"id": 1, "ok": true, "result": {...}}
 //             @@oracle {"id": 1, "ok": false, "error": "...", "log": ["llama.cpp log lines ..."]}
 //
-// Operations (see internal/oracle for the Go side): version, load, unload, tokenize, detokenize, logits,
+// Operations (see internal/testkit/oracle for the Go side): version, load, unload, tokenize, detokenize, logits,
 // greedy, chat, bench. Logits are returned as base64 of little-endian float32 arrays (exact; llama.cpp's
 // raw logits, no sampling applied).
 //

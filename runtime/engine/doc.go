@@ -1,4 +1,4 @@
-// Package runtime is the serving side of phonellm: the Engine interface that
+// Package engine is the serving side's core: the Engine interface that
 // every inference backend implements (load a GGUF, tokenize, apply the GGUF's
 // chat template, decode with a sampler, stream tokens, cancel on context,
 // report timings), the request and response types shared by the HTTP API and
@@ -10,4 +10,4 @@
 // over ggml, cgo) and runtime/enginetest (a deterministic in-memory fake used to
 // test everything above the engine without cgo). runtime/api serves an Engine
 // over an OpenAI-compatible HTTP API and runtime/bench measures one.
-package runtime
+package engine

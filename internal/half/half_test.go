@@ -10,7 +10,7 @@ import (
 
 // The conversion goldens are ggml's own outputs, stored with the quantization
 // goldens (never regenerated; see that folder's PROVENANCE.md).
-var goldenDir = filepath.Join("..", "..", "quantize", "kquant", "testdata", "ggml-golden", "convert")
+var goldenDir = filepath.Join("..", "..", "pipeline", "quantize", "kquant", "testdata", "ggml-golden", "convert")
 
 func readGolden(t *testing.T, name string) []byte {
 	t.Helper()

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/phonellm/phonellm/pipeline/internal/fsx"
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Identity is what must stay equal for a cached hash to be used.

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/phonellm/phonellm/internal/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 )
 
 // tokenizersJSScript encodes texts with Hugging Face's own JavaScript port of tokenizers (npm

@@ -1,4 +1,4 @@
-package runtime
+package engine
 
 import (
 	"context"
@@ -168,10 +168,10 @@ func (e *ContextLengthError) Error() string {
 }
 
 // ErrClosed is returned by Generate after Close.
-var ErrClosed = errors.New("runtime: engine closed")
+var ErrClosed = errors.New("engine: engine closed")
 
 // ErrEmptyPrompt is returned for a request without prompt tokens.
-var ErrEmptyPrompt = errors.New("runtime: empty prompt")
+var ErrEmptyPrompt = errors.New("engine: empty prompt")
 
 // UnsupportedError reports a valid model file the engine cannot run.
 type UnsupportedError struct {
@@ -181,7 +181,7 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string {
-	s := fmt.Sprintf("runtime: %s: %s", e.Path, e.Reason)
+	s := fmt.Sprintf("engine: %s: %s", e.Path, e.Reason)
 	if e.Hint != "" {
 		s += " (" + e.Hint + ")"
 	}

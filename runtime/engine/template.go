@@ -1,4 +1,4 @@
-package runtime
+package engine
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ func NewChatTemplate(src, bosToken, eosToken string) (*ChatTemplate, error) {
 	}
 	t, err := jinja.Compile(src)
 	if err != nil {
-		return nil, fmt.Errorf("runtime: compile chat template: %w", err)
+		return nil, fmt.Errorf("engine: compile chat template: %w", err)
 	}
 	return &ChatTemplate{tmpl: t, bosToken: bosToken, eosToken: eosToken}, nil
 }
@@ -41,7 +41,7 @@ func NewChatTemplate(src, bosToken, eosToken string) (*ChatTemplate, error) {
 // Render returns the prompt text for messages.
 func (c *ChatTemplate) Render(messages []Message, opts TemplateOptions) (string, error) {
 	if len(messages) == 0 {
-		return "", fmt.Errorf("runtime: chat template: no messages")
+		return "", fmt.Errorf("engine: chat template: no messages")
 	}
 	msgs := make([]any, len(messages))
 	for i, m := range messages {
@@ -58,7 +58,7 @@ func (c *ChatTemplate) Render(messages []Message, opts TemplateOptions) (string,
 	}
 	out, err := c.tmpl.Render(data)
 	if err != nil {
-		return "", fmt.Errorf("runtime: render chat template: %w", err)
+		return "", fmt.Errorf("engine: render chat template: %w", err)
 	}
 	return out, nil
 }
