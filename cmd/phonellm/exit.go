@@ -10,7 +10,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/merge"
-	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // Exit codes. They are part of the command-line contract and documented in README.md.
@@ -58,7 +58,7 @@ var inputErrorKinds = []func(error) bool{
 	func(err error) bool { var e *merge.FormatError; return errors.As(err, &e) },
 	func(err error) bool { var e *merge.UnsupportedError; return errors.As(err, &e) },
 	func(err error) bool { var e *fit.FormatError; return errors.As(err, &e) },
-	func(err error) bool { var e *quantize.UnsupportedError; return errors.As(err, &e) },
+	func(err error) bool { var e *plan.UnsupportedError; return errors.As(err, &e) },
 }
 
 // exitCode maps an error to the process exit code and a hint.

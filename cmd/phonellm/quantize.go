@@ -10,6 +10,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
 )
@@ -45,7 +46,7 @@ Types: ` + strings.Join(fileTypeNames(), ", ") + ` (case-insensitive).`,
 			if err != nil {
 				return usageError("%v", err)
 			}
-			if _, ok := quantize.DefaultType(ft); !ok {
+			if _, ok := plan.DefaultType(ft); !ok {
 				return usageError("quantization type %s is not supported (valid: %s)", ft, strings.Join(fileTypeNames(), ", "))
 			}
 			ov, err := fl.overrides()
@@ -74,31 +75,31 @@ Types: ` + strings.Join(fileTypeNames(), ", ") + ` (case-insensitive).`,
 func fileTypeNames() []string {
 	var names []string
 	for _, ft := range gguf.FileTypes() {
-		if _, ok := quantize.DefaultType(ft); ok {
+		if _, ok := plan.DefaultType(ft); ok {
 			names = append(names, strings.ToLower(ft.String()))
 		}
 	}
 	return names
 }
 
-func (fl quantizeFlags) overrides() (quantize.Overrides, error) {
-	ov := quantize.Overrides{Pure: fl.pure, AllowRequantize: fl.requant}
+func (fl quantizeFlags) overrides() (plan.Overrides, error) {
+	ov := plan.Overrides{Pure: fl.pure, AllowRequantize: fl.requant}
 	if fl.outputType != "" {
-		t, err := quantize.ParseTargetType(fl.outputType)
+		t, err := plan.ParseTargetType(fl.outputType)
 		if err != nil {
 			return ov, usageError("--output-tensor-type: %v", err)
 		}
 		ov.OutputType = &t
 	}
 	if fl.embdType != "" {
-		t, err := quantize.ParseTargetType(fl.embdType)
+		t, err := plan.ParseTargetType(fl.embdType)
 		if err != nil {
 			return ov, usageError("--token-embedding-type: %v", err)
 		}
 		ov.TokenEmbdType = &t
 	}
 	for _, s := range fl.tensorTypes {
-		r, err := quantize.ParseTensorTypeRule(s)
+		r, err := plan.ParseTensorTypeRule(s)
 		if err != nil {
 			return ov, usageError("--tensor-type: %v", err)
 		}
@@ -107,7 +108,7 @@ func (fl quantizeFlags) overrides() (quantize.Overrides, error) {
 	return ov, nil
 }
 
-func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov quantize.Overrides) error {
+func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) error {
 	if fl.in != "" && (fl.model != "" || len(fl.loras) > 0) {
 		return usageError("--in cannot be combined with --model or --lora (LoRA merges need the 16-bit checkpoint)")
 	}
@@ -184,7 +185,7 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov quantize.Overrid
 	}
 	res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov, DryRun: fl.dryRun}, a.reporter())
 	if err != nil {
-		var rq *quantize.RequantizeError
+		var rq *plan.RequantizeError
 		if asErr(err, &rq) {
 			return withCode(exitBadInput, err, "the input is already quantized; quantize the F16/BF16 model instead, or pass --allow-requantize")
 		}

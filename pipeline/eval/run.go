@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/phonellm/phonellm/pipeline"
-	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // Options say which checks to run. A check runs when its main input is set: Dist.Reference for the
@@ -28,7 +28,7 @@ func (o Options) Validate() error {
 		if sens.Prompts == "" || sens.Load == nil {
 			return errors.New("eval: sensitivity check needs a prompt set and a model loader")
 		}
-		if t, ok := quantize.DefaultType(sens.FileType); !ok || !t.Quantized() {
+		if t, ok := plan.DefaultType(sens.FileType); !ok || !t.Quantized() {
 			return fmt.Errorf("eval: sensitivity check: file type %s is not a quantized type", sens.FileType)
 		}
 	} else if !dist && !task {

@@ -15,6 +15,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // SensitivityOptions configure the per-tensor sensitivity check: which groups of tensors cost the most KLD
@@ -100,7 +101,7 @@ func Sensitivity(ctx context.Context, o SensitivityOptions, rep pipeline.Reporte
 	if err != nil {
 		return SensitivityResult{}, fmt.Errorf("eval: sensitivity: %w", err)
 	}
-	base, err := quantize.MakeSourcePlan(src, o.FileType, quantize.Overrides{})
+	base, err := quantize.MakeSourcePlan(src, o.FileType, plan.Overrides{})
 	src.Close()
 	if err != nil {
 		return SensitivityResult{}, fmt.Errorf("eval: sensitivity: %w", err)
@@ -117,7 +118,7 @@ func Sensitivity(ctx context.Context, o SensitivityOptions, rep pipeline.Reporte
 	defer ref.Close()
 	dopt := DistOptions{Window: o.Window, MaxTokens: o.MaxTokens}
 	// trial quantizes with the rules, measures and removes the file.
-	trial := func(name string, rules []quantize.TensorTypeRule) (DistResult, int64, error) {
+	trial := func(name string, rules []plan.TensorTypeRule) (DistResult, int64, error) {
 		src, err := quantize.OpenGGUF(o.Reference)
 		if err != nil {
 			return DistResult{}, 0, err
@@ -131,7 +132,7 @@ func Sensitivity(ctx context.Context, o SensitivityOptions, rep pipeline.Reporte
 		f.Close()
 		defer os.Remove(path)
 		q, err := quantize.Run(ctx, quantize.Options{Source: src, FileType: o.FileType, Out: path,
-			Overrides: quantize.Overrides{TensorTypes: rules}}, nil)
+			Overrides: plan.Overrides{TensorTypes: rules}}, nil)
 		src.Close()
 		if err != nil {
 			return DistResult{}, 0, fmt.Errorf("eval: sensitivity %s: %w", name, err)
@@ -160,12 +161,12 @@ func Sensitivity(ctx context.Context, o SensitivityOptions, rep pipeline.Reporte
 	res.BaselineKLD = bd.MeanKLD
 	for i := range groups {
 		g := &groups[i]
-		rule, err := quantize.ParseTensorTypeRule(g.Pattern + "=" + o.Bump.String())
+		rule, err := plan.ParseTensorTypeRule(g.Pattern + "=" + o.Bump.String())
 		if err != nil {
 			rep.End(step, err)
 			return SensitivityResult{}, fmt.Errorf("eval: sensitivity %s: %w", g.Group, err)
 		}
-		d, bytes, err := trial(g.Group, []quantize.TensorTypeRule{rule})
+		d, bytes, err := trial(g.Group, []plan.TensorTypeRule{rule})
 		if err != nil {
 			rep.End(step, err)
 			return SensitivityResult{}, err
@@ -192,7 +193,7 @@ func Sensitivity(ctx context.Context, o SensitivityOptions, rep pipeline.Reporte
 }
 
 // planGroups groups the plan's tensors quantized below bump by name without the block number.
-func planGroups(p quantize.Plan, bump gguf.Type) []GroupSensitivity {
+func planGroups(p plan.Plan, bump gguf.Type) []GroupSensitivity {
 	var out []GroupSensitivity
 	index := map[string]int{}
 	types := map[string]map[string]int{}

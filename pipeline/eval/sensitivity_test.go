@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // TestSensitivity ranks tiny Qwen3's tensor groups under Q4_K_M on the Go engine: every quantized group is
@@ -56,7 +56,7 @@ func TestSensitivity(t *testing.T) {
 		t.Errorf("suggestions %q", r.Suggestions)
 	}
 	for _, s := range r.Suggestions {
-		if _, err := quantize.ParseTensorTypeRule(s); err != nil {
+		if _, err := plan.ParseTensorTypeRule(s); err != nil {
 			t.Errorf("suggestion %q: %v", s, err)
 		}
 	}

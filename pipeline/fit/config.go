@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // hfConfig holds the config.json fields the shape needs. Qwen3.5 nests them in text_config; the converter
@@ -129,7 +129,7 @@ func ShapeFromConfig(configJSON []byte) (Shape, error) {
 	}
 
 	add := func(name string, t gguf.Type, shape ...uint64) {
-		s.Tensors = append(s.Tensors, quantize.TensorDesc{Name: name, Type: t, Shape: shape})
+		s.Tensors = append(s.Tensors, plan.TensorDesc{Name: name, Type: t, Shape: shape})
 	}
 	bf, f32 := gguf.TypeBF16, gguf.TypeF32
 	add("token_embd.weight", bf, E, V)

@@ -7,24 +7,24 @@ import (
 	"strings"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/quantize"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // Shape is what the estimate reads from a model: its architecture, metadata and tensor list (no tensor data).
 // It comes from a GGUF file ([ShapeOf]) or from a Hugging Face config.json ([ShapeFromConfig]).
 type Shape struct {
-	Name        string                // file or model name, for messages
-	Arch        string                // general.architecture
-	KV          map[string]any        // metadata by full key; arrays as typed slices ([]int32, []string, ...)
-	Tensors     []quantize.TensorDesc // every tensor with its type and ggml shape
-	HeaderBytes int64                 // bytes of metadata and tensor infos (tokenizer included)
-	FileType    gguf.FileType         // general.file_type when known
+	Name        string            // file or model name, for messages
+	Arch        string            // general.architecture
+	KV          map[string]any    // metadata by full key; arrays as typed slices ([]int32, []string, ...)
+	Tensors     []plan.TensorDesc // every tensor with its type and ggml shape
+	HeaderBytes int64             // bytes of metadata and tensor infos (tokenizer included)
+	FileType    gguf.FileType     // general.file_type when known
 }
 
 // ShapeOf reads the shape of an opened GGUF file.
 func ShapeOf(f *gguf.File) Shape {
 	s := Shape{Name: f.Name, Arch: f.Architecture(), KV: make(map[string]any, len(f.KVs)),
-		Tensors: make([]quantize.TensorDesc, len(f.Tensors)), HeaderBytes: f.DataOffset}
+		Tensors: make([]plan.TensorDesc, len(f.Tensors)), HeaderBytes: f.DataOffset}
 	for _, kv := range f.KVs {
 		if a, ok := kv.Value.V.(gguf.Array); ok {
 			s.KV[kv.Key] = a.Values
@@ -33,7 +33,7 @@ func ShapeOf(f *gguf.File) Shape {
 		}
 	}
 	for i, t := range f.Tensors {
-		s.Tensors[i] = quantize.TensorDesc{Name: t.Name, Type: t.Type, Shape: t.Shape}
+		s.Tensors[i] = plan.TensorDesc{Name: t.Name, Type: t.Type, Shape: t.Shape}
 	}
 	if ft, ok := f.Uint("general.file_type"); ok && ft <= math.MaxUint32 {
 		s.FileType = gguf.FileType(ft)
@@ -57,7 +57,7 @@ func (s Shape) WeightBytes() (int64, error) {
 	return n, nil
 }
 
-func tensorBytes(t quantize.TensorDesc) (int64, error) {
+func tensorBytes(t plan.TensorDesc) (int64, error) {
 	if len(t.Shape) == 0 {
 		return 0, fmt.Errorf("fit: tensor %q has no dimensions", t.Name)
 	}
@@ -81,27 +81,27 @@ func tensorBytes(t quantize.TensorDesc) (int64, error) {
 // Quantize returns the shape the model would have after quantizing it to ftype, from the per-tensor type plan of
 // package quantize (the same decisions llama-quantize makes), without touching any tensor data. The plan is
 // returned too (its OutBytes is the new weight size).
-func (s Shape) Quantize(ftype gguf.FileType) (Shape, quantize.Plan, error) {
-	info, err := quantize.ModelInfoFromMetadata(s.Arch, s.KV)
+func (s Shape) Quantize(ftype gguf.FileType) (Shape, plan.Plan, error) {
+	info, err := plan.ModelInfoFromMetadata(s.Arch, s.KV)
 	if err != nil {
-		return Shape{}, quantize.Plan{}, fmt.Errorf("fit: %s: %w", s.Name, err)
+		return Shape{}, plan.Plan{}, fmt.Errorf("fit: %s: %w", s.Name, err)
 	}
-	plan, err := quantize.MakePlan(s.Arch, info, s.Tensors, ftype, quantize.Overrides{AllowRequantize: true})
+	qp, err := plan.Make(s.Arch, info, s.Tensors, ftype, plan.Overrides{AllowRequantize: true})
 	if err != nil {
-		return Shape{}, quantize.Plan{}, fmt.Errorf("fit: %s: plan %s: %w", s.Name, ftype, err)
+		return Shape{}, plan.Plan{}, fmt.Errorf("fit: %s: plan %s: %w", s.Name, ftype, err)
 	}
 	out := s
 	out.FileType = ftype
-	out.Tensors = make([]quantize.TensorDesc, len(plan.Entries))
-	for i, e := range plan.Entries {
-		out.Tensors[i] = quantize.TensorDesc{Name: e.Name, Type: e.To, Shape: e.Shape}
+	out.Tensors = make([]plan.TensorDesc, len(qp.Entries))
+	for i, e := range qp.Entries {
+		out.Tensors[i] = plan.TensorDesc{Name: e.Name, Type: e.To, Shape: e.Shape}
 	}
 	out.KV = make(map[string]any, len(s.KV)+1)
 	for k, v := range s.KV {
 		out.KV[k] = v
 	}
 	out.KV["general.file_type"] = uint32(ftype)
-	return out, plan, nil
+	return out, qp, nil
 }
 
 // uintKV reads an integer metadata value (scalar, or the first element of a per-layer array).
@@ -160,13 +160,13 @@ func firstUint(v any) (uint64, bool) {
 }
 
 // tensor finds a tensor by name.
-func (s Shape) tensor(name string) (quantize.TensorDesc, bool) {
+func (s Shape) tensor(name string) (plan.TensorDesc, bool) {
 	for _, t := range s.Tensors {
 		if t.Name == name {
 			return t, true
 		}
 	}
-	return quantize.TensorDesc{}, false
+	return plan.TensorDesc{}, false
 }
 
 // hasBlockTensor reports whether block il has a tensor whose name starts with blk.<il>.<prefix>.

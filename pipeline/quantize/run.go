@@ -12,6 +12,7 @@ import (
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -25,7 +26,7 @@ type Options struct {
 	FileType  gguf.FileType // target file type, e.g. FileTypeQ4_K_M
 	Out       string        // output path; required unless DryRun
 	Threads   int           // worker goroutines; 0 = all cores
-	Overrides Overrides
+	Overrides plan.Overrides
 	DryRun    bool // plan only
 }
 
@@ -34,7 +35,7 @@ func (o Options) Validate() error {
 	if o.Source == nil {
 		return errors.New("quantize: no input model")
 	}
-	if _, ok := DefaultType(o.FileType); !ok {
+	if _, ok := plan.DefaultType(o.FileType); !ok {
 		return fmt.Errorf("quantize: unsupported file type %s", o.FileType)
 	}
 	if o.Out == "" && !o.DryRun {
@@ -51,7 +52,7 @@ type Result struct {
 	Input         string              `json:"input"`
 	Arch          string              `json:"architecture"`
 	FileType      string              `json:"file_type"`
-	Plan          Plan                `json:"plan"`
+	Plan          plan.Plan           `json:"plan"`
 	BitsPerWeight float64             `json:"bits_per_weight"`
 	Artifacts     []pipeline.Artifact `json:"artifacts,omitempty"`
 	Seconds       float64             `json:"seconds"`
@@ -63,7 +64,7 @@ type Result struct {
 }
 
 // MakeSourcePlan computes the plan for a Source.
-func MakeSourcePlan(src *Source, ftype gguf.FileType, ov Overrides) (Plan, error) {
+func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.Plan, error) {
 	kv := make(map[string]any, len(src.KVs))
 	for _, e := range src.KVs {
 		if a, ok := e.Value.V.(gguf.Array); ok {
@@ -72,15 +73,15 @@ func MakeSourcePlan(src *Source, ftype gguf.FileType, ov Overrides) (Plan, error
 			kv[e.Key] = e.Value.V
 		}
 	}
-	info, err := ModelInfoFromMetadata(src.Arch, kv)
+	info, err := plan.ModelInfoFromMetadata(src.Arch, kv)
 	if err != nil {
-		return Plan{}, fmt.Errorf("%s: %w", src.Name, err)
+		return plan.Plan{}, fmt.Errorf("%s: %w", src.Name, err)
 	}
-	descs := make([]TensorDesc, len(src.Tensors))
+	descs := make([]plan.TensorDesc, len(src.Tensors))
 	for i, t := range src.Tensors {
-		descs[i] = TensorDesc{Name: t.Name, Type: t.Type, Shape: t.Shape}
+		descs[i] = plan.TensorDesc{Name: t.Name, Type: t.Type, Shape: t.Shape}
 	}
-	return MakePlan(src.Arch, info, descs, ftype, ov)
+	return plan.Make(src.Arch, info, descs, ftype, ov)
 }
 
 // Run quantizes the source into Out: the plan decides each tensor's type, tensors are quantized in row blocks
@@ -94,7 +95,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		return Result{}, err
 	}
 	src := o.Source
-	plan, err := MakeSourcePlan(src, o.FileType, o.Overrides)
+	qp, err := MakeSourcePlan(src, o.FileType, o.Overrides)
 	if err != nil {
 		return Result{}, err
 	}
@@ -102,8 +103,8 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	if threads == 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	res := Result{Input: src.Name, Arch: src.Arch, FileType: o.FileType.String(), Plan: plan,
-		BitsPerWeight: plan.BitsPerWeight(), Threads: threads, DryRun: o.DryRun}
+	res := Result{Input: src.Name, Arch: src.Arch, FileType: o.FileType.String(), Plan: qp,
+		BitsPerWeight: qp.BitsPerWeight(), Threads: threads, DryRun: o.DryRun}
 	if o.DryRun {
 		return res, nil
 	}
@@ -114,17 +115,17 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 
 	w := gguf.NewWriter()
 	for _, kv := range src.KVs {
-		if kv.Key == KeyQuantizationVersion || kv.Key == KeyFileType || kv.Key == "general.alignment" {
+		if kv.Key == plan.KeyQuantizationVersion || kv.Key == plan.KeyFileType || kv.Key == "general.alignment" {
 			continue // re-appended at the end, as llama-quantize does (gguf_set_val = remove + append)
 		}
 		if err := w.SetKV(kv.Key, kv.Value); err != nil {
 			return res, fmt.Errorf("%s: %w", src.Name, err)
 		}
 	}
-	for _, kv := range plan.MetadataKVs() {
+	for _, kv := range qp.MetadataKVs() {
 		w.SetKV(kv.Key, gguf.Uint32(kv.Value))
 	}
-	for _, e := range plan.Entries {
+	for _, e := range qp.Entries {
 		if err := w.AddTensor(e.Name, e.To, e.Shape); err != nil {
 			return res, err
 		}
@@ -136,8 +137,8 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	}
 	defer out.Abort()
 	start := time.Now()
-	rep.Begin("quantize "+o.FileType.String(), plan.InBytes)
-	err = write(ctx, w, out, plan, byName, threads, rep)
+	rep.Begin("quantize "+o.FileType.String(), qp.InBytes)
+	err = write(ctx, w, out, qp, byName, threads, rep)
 	if err == nil {
 		err = out.Commit()
 	}
@@ -147,7 +148,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	}
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
-		res.InputMBps = float64(plan.InBytes) / 1e6 / res.Seconds
+		res.InputMBps = float64(qp.InBytes) / 1e6 / res.Seconds
 	}
 	res.Artifacts = []pipeline.Artifact{{Path: o.Out, Kind: "gguf", Size: out.Size(), SHA256: out.Sum()}}
 	return res, nil
@@ -156,7 +157,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 // job is one chunk of rows of one tensor.
 type job struct {
 	seq     int
-	entry   *PlanEntry
+	entry   *plan.Entry
 	src     *SourceTensor
 	row0, n int64
 	copyRaw bool // copy the stored bytes unchanged (whole tensor in one job)
@@ -164,14 +165,14 @@ type job struct {
 
 type done struct {
 	seq   int
-	entry *PlanEntry
+	entry *plan.Entry
 	data  []byte
 	last  bool // last chunk of its tensor
 	in    int64
 	raw   bool
 }
 
-func write(ctx context.Context, w *gguf.Writer, out io.Writer, plan Plan, byName map[string]*SourceTensor,
+func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byName map[string]*SourceTensor,
 	threads int, rep pipeline.Reporter) error {
 	if err := w.WriteHeader(out); err != nil {
 		return err
@@ -186,8 +187,8 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, plan Plan, byName
 	g.Go(func() error {
 		defer close(jobs)
 		seq := 0
-		for i := range plan.Entries {
-			e := &plan.Entries[i]
+		for i := range qp.Entries {
+			e := &qp.Entries[i]
 			st := byName[e.Name]
 			if st == nil {
 				return fmt.Errorf("quantize: plan names tensor %q the source does not have", e.Name)

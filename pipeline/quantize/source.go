@@ -8,6 +8,7 @@ import (
 	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/quantize/kquant"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // Source is a model to quantize: its metadata and tensors, each readable row block by row block. A GGUF file
@@ -104,7 +105,7 @@ func rowDecoder(t gguf.Type) (func(dst []float32, src []byte), error) {
 	if f, ok := kquant.ForType(uint32(t)); ok {
 		return f.Dequantize, nil
 	}
-	return nil, &UnsupportedError{What: fmt.Sprintf("reading tensors of type %s", t)}
+	return nil, &plan.UnsupportedError{What: fmt.Sprintf("reading tensors of type %s", t)}
 }
 
 // rowEncoder returns an encoder of float32 rows into a target type.
@@ -120,7 +121,7 @@ func rowEncoder(t gguf.Type) (func(dst []byte, src []float32), error) {
 	if f, ok := kquant.ForType(uint32(t)); ok {
 		return f.Quantize, nil
 	}
-	return nil, &UnsupportedError{What: fmt.Sprintf("writing tensors of type %s", t)}
+	return nil, &plan.UnsupportedError{What: fmt.Sprintf("writing tensors of type %s", t)}
 }
 
 func grow[T any](b []T, n int) []T {

@@ -1,4 +1,4 @@
-package quantize
+package plan
 
 import (
 	"errors"
@@ -74,7 +74,7 @@ func TestOverrides(t *testing.T) {
 		p = mustPlan(t, qwen3small, gguf.FileTypeQ4_K_M, Overrides{TokenEmbdType: typ(gguf.TypeQ8_0)})
 		check(t, p, with(map[string]gguf.Type{"token_embd.weight": gguf.TypeQ8_0}))
 		// The direct overrides skip the fallback: a row that does not fit is an error, not a crash.
-		_, err := MakePlan("qwen2", qwen25half.info(), qwen25half.tensors(), gguf.FileTypeQ4_K_M,
+		_, err := Make("qwen2", qwen25half.info(), qwen25half.tensors(), gguf.FileTypeQ4_K_M,
 			Overrides{TokenEmbdType: typ(gguf.TypeQ4_K)})
 		if err == nil || !strings.Contains(err.Error(), "token_embd.weight") || !strings.Contains(err.Error(), "896") {
 			t.Errorf("Q4_K token_embd on 896-wide rows: err %v", err)
@@ -151,13 +151,13 @@ func TestParseTensorTypeRule(t *testing.T) {
 	if _, err := ParseTargetType("q7"); err == nil || !strings.Contains(err.Error(), "IQ4_XS") {
 		t.Errorf("ParseTargetType(q7): %v", err)
 	}
-	// Rules built by hand are compiled by MakePlan; bad ones are reported there.
-	_, err = MakePlan("qwen3", qwen3small.info(), qwen3small.tensors(), gguf.FileTypeQ4_K_M,
+	// Rules built by hand are compiled by Make; bad ones are reported there.
+	_, err = Make("qwen3", qwen3small.info(), qwen3small.tensors(), gguf.FileTypeQ4_K_M,
 		Overrides{TensorTypes: []TensorTypeRule{{Pattern: "(", Type: gguf.TypeQ8_0}}})
 	if err == nil || !strings.Contains(err.Error(), "bad pattern") {
 		t.Errorf("hand-built bad rule: %v", err)
 	}
-	_, err = MakePlan("qwen3", qwen3small.info(), qwen3small.tensors(), gguf.FileTypeQ4_K_M,
+	_, err = Make("qwen3", qwen3small.info(), qwen3small.tensors(), gguf.FileTypeQ4_K_M,
 		Overrides{OutputType: typ(gguf.TypeIQ2_XXS)})
 	var ue *UnsupportedError
 	if !errors.As(err, &ue) {

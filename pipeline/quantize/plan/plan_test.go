@@ -1,4 +1,4 @@
-package quantize
+package plan
 
 import (
 	"encoding/json"
@@ -19,7 +19,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/plans goldens")
 
 // mixesPath is the in-repo copy of the llama-quantize type choices recorded at llama.cpp 34af94cd.
-const mixesPath = "kquant/testdata/ggml-golden/mixes/llama-quantize-type-choices.json"
+const mixesPath = "../kquant/testdata/ggml-golden/mixes/llama-quantize-type-choices.json"
 
 type mixLayout struct {
 	Metadata map[string]any      `json:"metadata"`
@@ -89,7 +89,7 @@ func TestGoldenMixes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := MakePlan(arch, info, descs(lay.TensorNE, rng), ft, Overrides{})
+			p, err := Make(arch, info, descs(lay.TensorNE, rng), ft, Overrides{})
 			if err != nil {
 				t.Fatalf("%s %s: %v", lname, fname, err)
 			}
@@ -238,15 +238,15 @@ var qwen35moe = layout{arch: "qwen35moe", layers: 8, mtp: 1, hidden: 256, ffn: 5
 
 func mustPlan(t *testing.T, l layout, ft gguf.FileType, ov Overrides) Plan {
 	t.Helper()
-	p, err := MakePlan(l.arch, l.info(), l.tensors(), ft, ov)
+	p, err := Make(l.arch, l.info(), l.tensors(), ft, ov)
 	if err != nil {
 		t.Fatalf("%s %s: %v", l.arch, ft, err)
 	}
 	return p
 }
 
-func byName(p Plan) map[string]PlanEntry {
-	m := make(map[string]PlanEntry, len(p.Entries))
+func byName(p Plan) map[string]Entry {
+	m := make(map[string]Entry, len(p.Entries))
 	for _, e := range p.Entries {
 		m[e.Name] = e
 	}
@@ -370,14 +370,14 @@ func TestFallback896(t *testing.T) {
 	odd := []TensorDesc{{Name: "token_embd.weight", Type: gguf.TypeF16, Shape: []uint64{256, 64}},
 		{Name: "blk.0.attn_gate.weight", Type: gguf.TypeF16, Shape: []uint64{100, 64}}}
 	info := ModelInfo{BlockCount: 1, HeadCount: 4, HeadCountKV: 4}
-	p, err := MakePlan("qwen35", info, odd, gguf.FileTypeQ4_K_M, Overrides{})
+	p, err := Make("qwen35", info, odd, gguf.FileTypeQ4_K_M, Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e := byName(p)["blk.0.attn_gate.weight"]; e.To != gguf.TypeF16 || e.Bytes != 100*64*2 {
 		t.Errorf("100-wide row: %s %d bytes, want F16 12800", e.To, e.Bytes)
 	}
-	_, err = MakePlan("qwen35", info, odd, gguf.FileTypeQ4_0, Overrides{})
+	_, err = Make("qwen35", info, odd, gguf.FileTypeQ4_0, Overrides{})
 	if err == nil || !strings.Contains(err.Error(), "no fallback") || !strings.Contains(err.Error(), "attn_gate") {
 		t.Errorf("Q4_0 on a 100-wide row: err %v, want a no-fallback error naming the tensor", err)
 	}
@@ -432,7 +432,7 @@ func TestMoE(t *testing.T) {
 	l := qwen35moe
 	info := l.info()
 	info.BlockCount = l.layers
-	if _, err := MakePlan(l.arch, info, l.tensors(), gguf.FileTypeQ4_K_M, Overrides{}); err == nil ||
+	if _, err := Make(l.arch, info, l.tensors(), gguf.FileTypeQ4_K_M, Overrides{}); err == nil ||
 		!strings.Contains(err.Error(), "blk.8.ffn_down_exps") {
 		t.Errorf("layer 8 of 8: err %v, want an out-of-range error naming blk.8.ffn_down_exps", err)
 	}
@@ -460,12 +460,12 @@ func TestMoE(t *testing.T) {
 	// With experts the layer must come from the name.
 	odd := append(qwen3moe.tensors(), TensorDesc{Name: "ffn_up_exps.weight", Type: gguf.TypeF16,
 		Shape: []uint64{256, 256, 128}})
-	if _, err := MakePlan("qwen3moe", qwen3moe.info(), odd, gguf.FileTypeQ4_K_M, Overrides{}); err == nil ||
+	if _, err := Make("qwen3moe", qwen3moe.info(), odd, gguf.FileTypeQ4_K_M, Overrides{}); err == nil ||
 		!strings.Contains(err.Error(), "failed to determine the layer") {
 		t.Errorf("expert tensor outside a block: err %v", err)
 	}
 	dense := ModelInfo{BlockCount: 8, HeadCount: 4, HeadCountKV: 2}
-	if _, err := MakePlan("qwen3", dense, odd, gguf.FileTypeQ4_K_M, Overrides{}); err != nil {
+	if _, err := Make("qwen3", dense, odd, gguf.FileTypeQ4_K_M, Overrides{}); err != nil {
 		t.Errorf("dense model uses the counter, want no error: %v", err)
 	}
 }
@@ -549,23 +549,23 @@ func TestRequantize(t *testing.T) {
 			ts[i].Type = gguf.TypeQ8_0
 		}
 	}
-	_, err := MakePlan(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{})
+	_, err := Make(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{})
 	var re *RequantizeError
 	if !errors.As(err, &re) || re.From != gguf.TypeQ8_0 || !strings.Contains(err.Error(), "--allow-requantize") {
 		t.Fatalf("Q8_0 input: err %v, want *RequantizeError", err)
 	}
-	p, err := MakePlan(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{AllowRequantize: true})
+	p, err := Make(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{AllowRequantize: true})
 	if err != nil || !p.Requantize {
 		t.Fatalf("allowed: requantize %v, %v", p.Requantize, err)
 	}
 	// Same type out as in is a copy, not a re-quantization.
-	if p, err := MakePlan(l.arch, l.info(), ts, gguf.FileTypeQ8_0, Overrides{}); err != nil || p.Requantize || p.Converted != 0 {
+	if p, err := Make(l.arch, l.info(), ts, gguf.FileTypeQ8_0, Overrides{}); err != nil || p.Requantize || p.Converted != 0 {
 		t.Errorf("Q8_0 -> Q8_0: converted %d, requantize %v, %v", p.Converted, p.Requantize, err)
 	}
 	// Input types the kernels cannot read are refused even when allowed.
 	ts[3].Type = gguf.TypeIQ2_XXS
 	var ue *UnsupportedError
-	if _, err := MakePlan(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{AllowRequantize: true}); !errors.As(err, &ue) {
+	if _, err := Make(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{AllowRequantize: true}); !errors.As(err, &ue) {
 		t.Errorf("IQ2_XXS input: %v, want *UnsupportedError", err)
 	}
 }
@@ -601,7 +601,7 @@ func TestOrderAndInputChecks(t *testing.T) {
 	in := []TensorDesc{f16("blk.10.ffn_up.weight", 32, 4), f16("blk.9.ffn_up.weight", 32, 4),
 		f16("token_embd.weight", 32, 4), f16("blk.2.attn_q.weight", 32, 4), f16("blk.2.attn_k.weight", 32, 4),
 		f16("output_norm.weight", 32), f16("blk.x.weight", 32, 4), f16("abcde", 32, 4), f16("blk.1.flat.weight", 32, 1)}
-	p, err := MakePlan("qwen3", info, in, gguf.FileTypeQ8_0, Overrides{})
+	p, err := Make("qwen3", info, in, gguf.FileTypeQ8_0, Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,20 +633,20 @@ func TestOrderAndInputChecks(t *testing.T) {
 		{"partial block", []TensorDesc{{Name: "a.weight", Type: gguf.TypeQ4_K, Shape: []uint64{32, 2}}}, "block size"},
 		{"huge block number", []TensorDesc{f16("blk.99999999999.a.weight", 32, 2)}, "block number out of range"},
 	} {
-		if _, err := MakePlan("qwen3", info, c.ts, gguf.FileTypeQ8_0, Overrides{}); err == nil ||
+		if _, err := Make("qwen3", info, c.ts, gguf.FileTypeQ8_0, Overrides{}); err == nil ||
 			!strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
 		}
 	}
 	var ue *UnsupportedError
-	if _, err := MakePlan("llama", info, nil, gguf.FileTypeQ8_0, Overrides{}); !errors.As(err, &ue) ||
+	if _, err := Make("llama", info, nil, gguf.FileTypeQ8_0, Overrides{}); !errors.As(err, &ue) ||
 		!strings.Contains(err.Error(), "qwen35moe") {
 		t.Errorf("llama: %v", err)
 	}
-	if _, err := MakePlan("qwen3", info, nil, gguf.FileType(19), Overrides{}); !errors.As(err, &ue) {
+	if _, err := Make("qwen3", info, nil, gguf.FileType(19), Overrides{}); !errors.As(err, &ue) {
 		t.Errorf("IQ2_XXS file type: %v", err)
 	}
-	if _, err := MakePlan("qwen3", ModelInfo{BlockCount: 513}, nil, gguf.FileTypeQ8_0, Overrides{}); err == nil {
+	if _, err := Make("qwen3", ModelInfo{BlockCount: 513}, nil, gguf.FileTypeQ8_0, Overrides{}); err == nil {
 		t.Error("block_count 513 accepted")
 	}
 
@@ -719,7 +719,7 @@ func TestPlanGoldens(t *testing.T) {
 	}
 }
 
-// FuzzMakePlan feeds hostile names, shapes and types: MakePlan must not panic, and every plan it returns must
+// FuzzMakePlan feeds hostile names, shapes and types: Make must not panic, and every plan it returns must
 // size its tensors consistently.
 func FuzzMakePlan(f *testing.F) {
 	f.Add("blk.0.attn_v.weight", uint64(896), uint64(128), uint64(1), uint8(1), uint8(15), true)
@@ -732,7 +732,7 @@ func FuzzMakePlan(f *testing.F) {
 		}
 		ts := []TensorDesc{{Name: name, Type: gguf.Type(typ % 40), Shape: []uint64{d0, d1, d2}},
 			{Name: "blk.1.attn_v.weight", Type: gguf.TypeF16, Shape: []uint64{256, 64}}}
-		p, err := MakePlan("qwen3moe", info, ts, gguf.FileType(ft%33), Overrides{})
+		p, err := Make("qwen3moe", info, ts, gguf.FileType(ft%33), Overrides{})
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package quantize
+package plan
 
 import (
 	"fmt"
@@ -66,8 +66,8 @@ type Overrides struct {
 	AllowRequantize bool             // --allow-requantize
 }
 
-// PlanEntry is one tensor of the output file.
-type PlanEntry struct {
+// Entry is one tensor of the output file.
+type Entry struct {
 	Name     string    `json:"name"`
 	From     gguf.Type `json:"-"`
 	To       gguf.Type `json:"-"`
@@ -81,13 +81,13 @@ type PlanEntry struct {
 }
 
 // Convert reports whether the tensor's data changes (dequantize and/or quantize); otherwise it is copied.
-func (e PlanEntry) Convert() bool { return e.From != e.To }
+func (e Entry) Convert() bool { return e.From != e.To }
 
 // Plan is the per-tensor outcome of a quantization, in output-file order.
 type Plan struct {
 	FileType   gguf.FileType `json:"-"`
 	FileName   string        `json:"file_type"`
-	Entries    []PlanEntry   `json:"tensors"`
+	Entries    []Entry       `json:"tensors"`
 	InBytes    int64         `json:"in_bytes"`
 	OutBytes   int64         `json:"out_bytes"`
 	Elements   int64         `json:"elements"`
@@ -213,7 +213,7 @@ func DefaultType(ftype gguf.FileType) (gguf.Type, bool) {
 	return t, ok
 }
 
-// Architectures lists the architectures MakePlan accepts.
+// Architectures lists the architectures Make accepts.
 func Architectures() []string { return []string{"qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"} }
 
 // in is one tensor while planning.
@@ -225,11 +225,11 @@ type in struct {
 	rows  int64 // product of ne[1:]
 }
 
-// MakePlan decides the output type of every tensor as llama-quantize does for ftype, and returns the tensors in
+// Make decides the output type of every tensor as llama-quantize does for ftype, and returns the tensors in
 // output-file order. It does not read tensor data. Errors: *UnsupportedError for an architecture, file type or
 // input type without support, *RequantizeError for quantized input without AllowRequantize, and plain errors
 // naming the tensor for inconsistent input.
-func MakePlan(arch string, info ModelInfo, tensors []TensorDesc, ftype gguf.FileType, ov Overrides) (Plan, error) {
+func Make(arch string, info ModelInfo, tensors []TensorDesc, ftype gguf.FileType, ov Overrides) (Plan, error) {
 	if !slices.Contains(Architectures(), arch) {
 		return Plan{}, &UnsupportedError{What: fmt.Sprintf("architecture %q (type plans exist for %s)",
 			arch, strings.Join(Architectures(), ", "))}
@@ -264,7 +264,7 @@ func MakePlan(arch string, info ModelInfo, tensors []TensorDesc, ftype gguf.File
 		}
 	}
 
-	p := Plan{FileType: ftype, FileName: ftype.String(), Entries: make([]PlanEntry, 0, len(list))}
+	p := Plan{FileType: ftype, FileName: ftype.String(), Entries: make([]Entry, 0, len(list))}
 	for _, t := range list {
 		e, err := s.entry(t)
 		if err != nil {
@@ -505,43 +505,43 @@ type planState struct {
 }
 
 // entry decides one tensor (llama_tensor_get_type) and sizes it.
-func (s *planState) entry(t in) (PlanEntry, error) {
+func (s *planState) entry(t in) (Entry, error) {
 	to, fallback, note, err := s.targetType(t)
 	if err != nil {
-		return PlanEntry{}, err
+		return Entry{}, err
 	}
-	e := PlanEntry{Name: t.Name, From: t.Type, To: to, FromName: t.Type.String(), ToName: to.String(),
+	e := Entry{Name: t.Name, From: t.Type, To: to, FromName: t.Type.String(), ToName: to.String(),
 		Shape: append([]uint64(nil), t.Shape...), Fallback: fallback, Note: note}
 	rb, err := t.Type.RowBytes(t.ne0)
 	if err != nil {
-		return PlanEntry{}, fmt.Errorf("quantize: tensor %q: %w", t.Name, err)
+		return Entry{}, fmt.Errorf("quantize: tensor %q: %w", t.Name, err)
 	}
 	if e.InBytes, err = mulSize(rb, t.rows, t.Name); err != nil {
-		return PlanEntry{}, err
+		return Entry{}, err
 	}
 	if !e.Convert() {
 		e.Bytes = e.InBytes
 		return e, nil
 	}
 	if !isTarget(to) {
-		return PlanEntry{}, &UnsupportedError{What: fmt.Sprintf("output type %s for tensor %q", to, t.Name)}
+		return Entry{}, &UnsupportedError{What: fmt.Sprintf("output type %s for tensor %q", to, t.Name)}
 	}
 	switch {
 	case t.Type == gguf.TypeF32 || t.Type == gguf.TypeF16 || t.Type == gguf.TypeBF16:
 	case t.Type.Quantized() && isTarget(t.Type):
 		if !s.ov.AllowRequantize {
-			return PlanEntry{}, &RequantizeError{Tensor: t.Name, From: t.Type, To: to}
+			return Entry{}, &RequantizeError{Tensor: t.Name, From: t.Type, To: to}
 		}
 	default:
-		return PlanEntry{}, &UnsupportedError{What: fmt.Sprintf("conversion of tensor %q from %s to %s",
+		return Entry{}, &UnsupportedError{What: fmt.Sprintf("conversion of tensor %q from %s to %s",
 			t.Name, t.Type, to)}
 	}
 	ob, err := to.RowBytes(t.ne0)
 	if err != nil { // only reachable through --output-tensor-type / --token-embedding-type, which skip the fallback
-		return PlanEntry{}, fmt.Errorf("quantize: tensor %q (%s): %w", t.Name, note, err)
+		return Entry{}, fmt.Errorf("quantize: tensor %q (%s): %w", t.Name, note, err)
 	}
 	if e.Bytes, err = mulSize(ob, t.rows, t.Name); err != nil {
-		return PlanEntry{}, err
+		return Entry{}, err
 	}
 	return e, nil
 }
