@@ -127,11 +127,11 @@ func CompareDistributions(ctx context.Context, ref, cand LogitModel, prompts []P
 	seqs := make([][]int32, 0, len(prompts))
 	total := 0
 	for i, p := range prompts {
-		toks, err := promptTokens(ref, p)
+		toks, err := promptTokens(ctx, ref, p)
 		if err != nil {
 			return DistResult{}, fmt.Errorf("eval: prompt %d: reference: %w", i+1, err)
 		}
-		ct, err := promptTokens(cand, p)
+		ct, err := promptTokens(ctx, cand, p)
 		if err != nil {
 			return DistResult{}, fmt.Errorf("eval: prompt %d: candidate: %w", i+1, err)
 		}
@@ -180,16 +180,16 @@ func CompareDistributions(ctx context.Context, ref, cand LogitModel, prompts []P
 	return res, nil
 }
 
-func promptTokens(m LogitModel, p Prompt) ([]int32, error) {
+func promptTokens(ctx context.Context, m LogitModel, p Prompt) ([]int32, error) {
 	text := p.Text
 	if len(p.Messages) > 0 {
 		var err error
-		text, err = m.ApplyChatTemplate(p.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
+		text, err = m.ApplyChatTemplate(ctx, p.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			return nil, fmt.Errorf("chat template: %w", err)
 		}
 	}
-	return m.Tokenize(text, true)
+	return m.Tokenize(ctx, text, true)
 }
 
 // sameModel reports whether a and b are the same model value.

@@ -137,7 +137,7 @@ func TestStreamingMatchesBruteForce(t *testing.T) {
 	}
 	var seqs [][]int32
 	for _, p := range prompts {
-		toks, _ := promptTokens(ref, p)
+		toks, _ := promptTokens(context.Background(), ref, p)
 		seqs = append(seqs, toks)
 	}
 	want := bruteDist(t, ref, cand, seqs, 16)

@@ -53,7 +53,7 @@ func (m *fakeModel) Info() engine.ModelInfo {
 	return engine.ModelInfo{ID: "fake", VocabSize: m.vocab, ContextLength: m.ctx}
 }
 
-func (m *fakeModel) Tokenize(text string, _ bool) ([]int32, error) {
+func (m *fakeModel) Tokenize(ctx context.Context, text string, _ bool) ([]int32, error) {
 	out := make([]int32, len(text))
 	for i := range len(text) {
 		out[i] = (int32(text[i]) + m.tokenShift) % int32(m.vocab)
@@ -61,7 +61,7 @@ func (m *fakeModel) Tokenize(text string, _ bool) ([]int32, error) {
 	return out, nil
 }
 
-func (m *fakeModel) ApplyChatTemplate(ms []engine.Message, _ engine.TemplateOptions) (string, error) {
+func (m *fakeModel) ApplyChatTemplate(ctx context.Context, ms []engine.Message, _ engine.TemplateOptions) (string, error) {
 	var b strings.Builder
 	for _, x := range ms {
 		fmt.Fprintf(&b, "<%s>%s\n", x.Role, x.Content)
@@ -179,7 +179,7 @@ func (m *oracleModel) Info() engine.ModelInfo {
 	return engine.ModelInfo{ID: m.path, Path: m.path, Engine: "llama.cpp", VocabSize: m.info.VocabSize, ContextLength: m.ctx}
 }
 
-func (m *oracleModel) Tokenize(text string, special bool) ([]int32, error) {
+func (m *oracleModel) Tokenize(ctx context.Context, text string, special bool) ([]int32, error) {
 	ids, err := m.o.Tokenize(m.path, text, special)
 	out := make([]int32, len(ids))
 	for i, v := range ids {
@@ -188,7 +188,7 @@ func (m *oracleModel) Tokenize(text string, special bool) ([]int32, error) {
 	return out, err
 }
 
-func (m *oracleModel) ApplyChatTemplate([]engine.Message, engine.TemplateOptions) (string, error) {
+func (m *oracleModel) ApplyChatTemplate(context.Context, []engine.Message, engine.TemplateOptions) (string, error) {
 	return "", errors.New("oracle model: no chat template")
 }
 

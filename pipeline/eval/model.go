@@ -12,9 +12,9 @@ type LogitModel interface {
 	// Info describes the model; ContextLength bounds one Logits call.
 	Info() engine.ModelInfo
 	// Tokenize turns text into token ids (special tokens written in the text become their ids).
-	Tokenize(text string, addSpecial bool) ([]int32, error)
+	Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error)
 	// ApplyChatTemplate renders chat messages with the model's template.
-	ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error)
+	ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error)
 	// Logits evaluates tokens from an empty context and calls fn in position order with the full-vocabulary
 	// logits after each position (logits of position i predict token i+1). The slice is only valid during
 	// the call. An error from fn stops the evaluation and is returned.

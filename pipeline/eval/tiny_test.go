@@ -103,7 +103,7 @@ func TestStreamingMatchesBruteForceLlamaCpp(t *testing.T) {
 	}
 	var seqs [][]int32
 	for _, p := range prompts {
-		toks, err := ref.Tokenize(p.Text, true)
+		toks, err := ref.Tokenize(context.Background(), p.Text, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
 		opts.EnableThinking = &v
 	}
-	prompt, err := eng.ApplyChatTemplate(msgs, opts)
+	prompt, err := eng.ApplyChatTemplate(r.Context(), msgs, opts)
 	if err != nil {
 		writeError(w, badRequest("messages", "", "the chat template rejected the messages: %v", err))
 		return
@@ -86,7 +86,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, eng engine.Eng
 	info := eng.Info()
 	greq.AddSpecial = true
 	if greq.Tokens == nil {
-		toks, err := eng.Tokenize(greq.Prompt, true)
+		toks, err := eng.Tokenize(ctx, greq.Prompt, true)
 		if err != nil {
 			writeError(w, badRequest("prompt", "", "%v", err))
 			return

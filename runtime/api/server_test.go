@@ -100,8 +100,8 @@ func TestChatNonStreaming(t *testing.T) {
 	if c.Message.Role != "assistant" || c.Message.Content != "Hello there" || *c.FinishReason != "stop" {
 		t.Fatalf("choice %+v %q", c, c.Message.Content)
 	}
-	prompt, _ := f.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "hi"}}, engine.TemplateOptions{AddGenerationPrompt: true})
-	toks, _ := f.Tokenize(prompt, true)
+	prompt, _ := f.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "user", Content: "hi"}}, engine.TemplateOptions{AddGenerationPrompt: true})
+	toks, _ := f.Tokenize(context.Background(), prompt, true)
 	if u := resp.Usage; u.PromptTokens != len(toks) || u.CompletionTokens != len("Hello there") || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
 		t.Fatalf("usage %+v, prompt has %d tokens", u, len(toks))
 	}
@@ -240,7 +240,7 @@ func TestCompletions(t *testing.T) {
 	if r.Object != "text_completion" || r.Choices[0].Text != "<abc>" || r.Usage.PromptTokens != 3 {
 		t.Fatalf("%+v", r)
 	}
-	toks, _ := f.Tokenize("xyz", false)
+	toks, _ := f.Tokenize(context.Background(), "xyz", false)
 	r = decode[CompletionResponse](t, post(t, u, "", map[string]any{"model": "fake", "prompt": toks}), 200)
 	if r.Choices[0].Text != "<xyz>" {
 		t.Fatalf("token prompt: %q", r.Choices[0].Text)

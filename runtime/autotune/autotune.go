@@ -244,7 +244,7 @@ func measure(ctx context.Context, o Options, c Candidate) (m Measurement, err er
 	if limit := e.Info().ContextLength - o.GenerateTokens; limit > 0 && n > limit {
 		n = limit
 	}
-	filler, err := e.Tokenize(fillerText, false)
+	filler, err := e.Tokenize(ctx, fillerText, false)
 	if err != nil || len(filler) == 0 {
 		return m, fmt.Errorf("tokenize the filler text: %v", err)
 	}

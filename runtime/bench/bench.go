@@ -163,7 +163,7 @@ func Run(ctx context.Context, e engine.Engine, o Options, progress func(string))
 	}
 	skip := func(part string) bool { return slices.Contains(o.Skip, part) }
 	res := Result{Model: info}
-	p := &prompts{e: e}
+	p := &prompts{ctx: ctx, e: e}
 	limit := info.ContextLength - 1
 	clamp := func(n, gen int, what string) int {
 		if n+gen > limit {
@@ -332,6 +332,7 @@ func prefix(ctx context.Context, e engine.Engine, p *prompts, n, shared, gen int
 // prompts makes token sequences that share no prefix with each other: a
 // distinct numbered header, then filler text, cut to the length.
 type prompts struct {
+	ctx    context.Context
 	e      engine.Engine
 	n      int
 	filler []int32
@@ -343,14 +344,14 @@ const fillerText = "Transaction review. The customer paid with a card issued abr
 
 func (p *prompts) unique(n int) ([]int32, error) {
 	if p.filler == nil {
-		f, err := p.e.Tokenize(fillerText, false)
+		f, err := p.e.Tokenize(p.ctx, fillerText, false)
 		if err != nil || len(f) == 0 {
 			return nil, fmt.Errorf("bench: tokenize filler text: %v", err)
 		}
 		p.filler = f
 	}
 	p.n++
-	head, err := p.e.Tokenize(fmt.Sprintf("Case %d-%d: ", p.n, time.Now().UnixNano()%100000), false)
+	head, err := p.e.Tokenize(p.ctx, fmt.Sprintf("Case %d-%d: ", p.n, time.Now().UnixNano()%100000), false)
 	if err != nil {
 		return nil, fmt.Errorf("bench: tokenize header: %w", err)
 	}

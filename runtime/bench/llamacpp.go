@@ -96,7 +96,7 @@ func Compare(ctx context.Context, e engine.Engine, o CompareOptions) (CompareRes
 	if o.PromptTokens+o.GenerateTokens >= info.ContextLength {
 		return CompareResult{}, fmt.Errorf("bench: compare: %d+%d tokens exceed the %d-token context", o.PromptTokens, o.GenerateTokens, info.ContextLength)
 	}
-	p := &prompts{e: e}
+	p := &prompts{ctx: ctx, e: e}
 	toks, err := p.unique(o.PromptTokens)
 	if err != nil {
 		return CompareResult{}, err

@@ -13,14 +13,16 @@ import (
 type Engine interface {
 	// Info describes the loaded model and the engine's limits.
 	Info() ModelInfo
-	// Tokenize turns text into token ids. Special tokens written in the text
+	// Tokenize turns text into token ids; it stops with ctx's error when ctx ends.
+	// Special tokens written in the text
 	// (such as "<|im_start|>") become their single ids. addSpecial adds the
 	// BOS token when the model asks for it.
-	Tokenize(text string, addSpecial bool) ([]int32, error)
+	Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error)
 	// Detokenize turns token ids back into text.
 	Detokenize(tokens []int32) (string, error)
-	// ApplyChatTemplate renders messages with the model's chat template.
-	ApplyChatTemplate(messages []Message, opts TemplateOptions) (string, error)
+	// ApplyChatTemplate renders messages with the model's chat template; it stops
+	// with ctx's error when ctx ends.
+	ApplyChatTemplate(ctx context.Context, messages []Message, opts TemplateOptions) (string, error)
 	// Generate evaluates the prompt and samples until an end-of-generation
 	// token, a stop sequence, MaxTokens or the context limit. emit, when not
 	// nil, is called in order for every generated token that becomes visible;

@@ -32,7 +32,7 @@ func Run(t *testing.T, e engine.Engine, f Features) {
 	}
 	prompt := func(t *testing.T, text string) string {
 		t.Helper()
-		p, err := e.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: text}},
+		p, err := e.ApplyChatTemplate(t.Context(), []engine.Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: text}},
 			engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
@@ -44,12 +44,12 @@ func Run(t *testing.T, e engine.Engine, f Features) {
 	}
 
 	t.Run("Tokenize", func(t *testing.T) {
-		ids, err := e.Tokenize("<|im_start|>", false)
+		ids, err := e.Tokenize(t.Context(), "<|im_start|>", false)
 		if err != nil || len(ids) != 1 {
 			t.Fatalf("special token tokenized as %v (%v), want one id", ids, err)
 		}
 		const text = "hello world, the answer is 42"
-		ids, err = e.Tokenize(text, false)
+		ids, err = e.Tokenize(t.Context(), text, false)
 		if err != nil || len(ids) == 0 {
 			t.Fatalf("Tokenize: %v %v", ids, err)
 		}
@@ -157,7 +157,7 @@ func Run(t *testing.T, e engine.Engine, f Features) {
 
 	t.Run("ContextLength", func(t *testing.T) {
 		long := slices.Repeat([]int32{'a'}, info.ContextLength)
-		ids, _ := e.Tokenize("a", false)
+		ids, _ := e.Tokenize(t.Context(), "a", false)
 		for i := range long {
 			long[i] = ids[0]
 		}

@@ -101,7 +101,7 @@ func (f *Fake) Info() engine.ModelInfo {
 
 // Tokenize implements engine.Engine: special token texts become their ids,
 // every other byte its own id.
-func (f *Fake) Tokenize(text string, addSpecial bool) ([]int32, error) {
+func (f *Fake) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
 	var out []int32
 	for len(text) > 0 {
 		matched := false
@@ -138,7 +138,7 @@ func (f *Fake) Detokenize(tokens []int32) (string, error) {
 }
 
 // ApplyChatTemplate implements engine.Engine.
-func (f *Fake) ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error) {
+func (f *Fake) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	return f.tmpl.Render(messages, opts)
 }
 
@@ -157,7 +157,7 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 	}
 	prompt := req.Tokens
 	if prompt == nil {
-		prompt, _ = f.Tokenize(req.Prompt, req.AddSpecial)
+		prompt, _ = f.Tokenize(ctx, req.Prompt, req.AddSpecial)
 	}
 	if len(prompt) == 0 {
 		return engine.Response{}, engine.ErrEmptyPrompt

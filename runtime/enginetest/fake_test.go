@@ -14,7 +14,7 @@ func TestFakeConformance(t *testing.T) {
 
 func TestFakeReplyAndDelays(t *testing.T) {
 	f := NewFake(Options{Reply: func(string) string { return "RISK_LEVEL: 5" }, PromptDelay: time.Millisecond})
-	p, _ := f.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "tx"}}, engine.TemplateOptions{AddGenerationPrompt: true})
+	p, _ := f.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "user", Content: "tx"}}, engine.TemplateOptions{AddGenerationPrompt: true})
 	r, err := f.Generate(context.Background(), engine.Request{Prompt: p}, nil)
 	if err != nil || r.Text != "RISK_LEVEL: 5" || r.FinishReason != engine.FinishStop {
 		t.Fatalf("%+v %v", r, err)

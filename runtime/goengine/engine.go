@@ -345,7 +345,7 @@ func (e *Engine) tokenText(ids []int32) string {
 func (e *Engine) Info() engine.ModelInfo { return e.info }
 
 // Tokenize implements engine.Engine.
-func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
+func (e *Engine) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
 	ids, err := e.tok.Encode(text, addSpecial)
 	if err != nil {
 		return nil, fmt.Errorf("goengine: tokenize: %w", err)
@@ -378,7 +378,7 @@ func (e *Engine) piece(t int32) string {
 }
 
 // ApplyChatTemplate implements engine.Engine.
-func (e *Engine) ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error) {
+func (e *Engine) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	return e.tmpl.Render(messages, opts)
 }
 

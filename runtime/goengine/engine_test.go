@@ -86,11 +86,11 @@ func TestInfoAndTemplate(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	off := false
-	p, err := e.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "hi"}}, engine.TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
+	p, err := e.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "user", Content: "hi"}}, engine.TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
 	if err != nil || p != "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n" {
 		t.Fatalf("template: %q %v", p, err)
 	}
-	ids, _ := e.Tokenize(p, true)
+	ids, _ := e.Tokenize(context.Background(), p, true)
 	if ids[0] != int32(info.VocabSize-4) { // <|im_start|>
 		t.Fatalf("first token %d", ids[0])
 	}
@@ -139,7 +139,7 @@ func TestBorrowPrefixFromBusySlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	shared, _ := e.Tokenize(strings.Repeat("Review the transaction for fraud. ", 40), false)
+	shared, _ := e.Tokenize(context.Background(), strings.Repeat("Review the transaction for fraud. ", 40), false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started := make(chan struct{})
@@ -176,7 +176,7 @@ func TestTwoEnginesInOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	shared, _ := a.Tokenize(strings.Repeat("Review the transaction for fraud. ", 40), false)
+	shared, _ := a.Tokenize(context.Background(), strings.Repeat("Review the transaction for fraud. ", 40), false)
 	req := engine.Request{Tokens: shared, MaxTokens: 6, NoCache: true}
 	want, err := a.Generate(context.Background(), req, nil)
 	if err != nil {

@@ -88,7 +88,7 @@ func TestGreedyMatchesLlamaCpp(t *testing.T) {
 
 func compareWithOracle(t *testing.T, e *Engine, dir string) {
 	for _, msg := range []string{"hello world", "Is this transaction fraud? Amount: 9,999 EUR."} {
-		prompt, err := e.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
+		prompt, err := e.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
 			engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
@@ -98,7 +98,7 @@ func compareWithOracle(t *testing.T, e *Engine, dir string) {
 			t.Fatal(err)
 		}
 		want := runOracle(t, dir, e.Info().Path, prompt, 32)
-		ids, _ := e.Tokenize(prompt, true)
+		ids, _ := e.Tokenize(context.Background(), prompt, true)
 		if !slices.Equal(ids, want.Prompt) {
 			t.Fatalf("prompt tokens\n got  %v\n want %v", ids, want.Prompt)
 		}

@@ -153,7 +153,7 @@ func selectPrompts(t *testing.T, e *Engine, msgs []string, n int) []candidate {
 	ctx := context.Background()
 	var cs []candidate
 	for i, msg := range msgs {
-		prompt, err := e.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
+		prompt, err := e.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
 			engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +162,7 @@ func selectPrompts(t *testing.T, e *Engine, msgs []string, n int) []candidate {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids, err := e.Tokenize(prompt, true)
+		ids, err := e.Tokenize(context.Background(), prompt, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +315,7 @@ func TestQuantizedLogitsMatchLlamaCpp(t *testing.T) {
 			eq, ef := loadOracleEngine(t, q4), loadOracleEngine(t, f16)
 			vocab := len(eq.vocab.Values)
 			for _, msg := range q4Candidates()[:2] {
-				prompt, err := eq.ApplyChatTemplate([]engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
+				prompt, err := eq.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
 					engine.TemplateOptions{AddGenerationPrompt: true})
 				if err != nil {
 					t.Fatal(err)
@@ -324,7 +324,7 @@ func TestQuantizedLogitsMatchLlamaCpp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ids, err := eq.Tokenize(prompt, true)
+				ids, err := eq.Tokenize(context.Background(), prompt, true)
 				if err != nil {
 					t.Fatal(err)
 				}

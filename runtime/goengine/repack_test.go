@@ -110,12 +110,12 @@ func TestRepackMatchesPlainLayout(t *testing.T) {
 			if n := plain.Info().RepackedTensors; n != 0 {
 				t.Fatalf("NoRepack: %d tensors repacked", n)
 			}
-			prompt, err := plain.ApplyChatTemplate([]engine.Message{{Role: "user", Content: "Is this transaction fraud? Amount: 9,999 EUR."}},
+			prompt, err := plain.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "user", Content: "Is this transaction fraud? Amount: 9,999 EUR."}},
 				engine.TemplateOptions{AddGenerationPrompt: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids, err := plain.Tokenize(prompt, true)
+			ids, err := plain.Tokenize(context.Background(), prompt, true)
 			if err != nil {
 				t.Fatal(err)
 			}

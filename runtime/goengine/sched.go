@@ -82,7 +82,7 @@ func (e *Engine) Generate(ctx context.Context, req engine.Request, emit func(eng
 	prompt := req.Tokens
 	if prompt == nil {
 		var err error
-		if prompt, err = e.Tokenize(req.Prompt, req.AddSpecial); err != nil {
+		if prompt, err = e.Tokenize(ctx, req.Prompt, req.AddSpecial); err != nil {
 			return engine.Response{}, err
 		}
 	}

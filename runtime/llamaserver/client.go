@@ -148,7 +148,7 @@ func trim(b []byte) string {
 func (c *Client) Info() engine.ModelInfo { return c.info }
 
 // Tokenize implements engine.Engine (special tokens are parsed).
-func (c *Client) Tokenize(text string, addSpecial bool) ([]int32, error) {
+func (c *Client) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
 	var out struct {
 		Tokens []int32 `json:"tokens"`
 	}
@@ -179,7 +179,7 @@ func (c *Client) checkTokens(tokens []int32) error {
 
 // ApplyChatTemplate implements engine.Engine with llama-server's Jinja
 // renderer (/apply-template).
-func (c *Client) ApplyChatTemplate(messages []engine.Message, opts engine.TemplateOptions) (string, error) {
+func (c *Client) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	if len(messages) == 0 {
 		return "", errors.New("llamaserver: chat template: no messages")
 	}
@@ -218,7 +218,7 @@ func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(eng
 	prompt := req.Tokens
 	if prompt == nil {
 		var err error
-		if prompt, err = c.Tokenize(req.Prompt, req.AddSpecial); err != nil {
+		if prompt, err = c.Tokenize(ctx, req.Prompt, req.AddSpecial); err != nil {
 			return engine.Response{}, err
 		}
 	}

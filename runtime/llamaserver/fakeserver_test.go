@@ -78,7 +78,7 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 			AddSpecial bool   `json:"add_special"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		toks, _ := f.Tokenize(in.Content, in.AddSpecial)
+		toks, _ := f.Tokenize(context.Background(), in.Content, in.AddSpecial)
 		reply(w, map[string]any{"tokens": toks})
 	})
 	mux.HandleFunc("POST /detokenize", func(w http.ResponseWriter, r *http.Request) {
@@ -94,7 +94,7 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 			Messages []engine.Message `json:"messages"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		p, err := f.ApplyChatTemplate(in.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
+		p, err := f.ApplyChatTemplate(context.Background(), in.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
 		if err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -176,7 +176,7 @@ func TestConformanceOverProcess(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Tokenize("x", false); err == nil {
+	if _, err := c.Tokenize(context.Background(), "x", false); err == nil {
 		t.Fatal("server still answers after Close")
 	}
 }
