@@ -3,8 +3,6 @@ package deploy
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"regexp"
 	"time"
 )
@@ -196,34 +194,35 @@ var (
 	hex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-// Validate checks a Spec for what every target needs.
+// Validate checks a Spec for what every target needs. Errors are *[SpecError].
 func (s Spec) Validate() error {
+	bad := func(format string, args ...any) error { return SpecErrorf("deploy: spec: "+format, args...) }
 	if s.Name == "" {
-		return errors.New("deploy: spec: name is empty")
+		return bad("name is empty")
 	}
 	if s.Replicas < 1 || s.Replicas > MaxReplicas {
-		return fmt.Errorf("deploy: spec: replicas = %d, want 1..%d", s.Replicas, MaxReplicas)
+		return bad("replicas = %d, want 1..%d", s.Replicas, MaxReplicas)
 	}
 	if s.Model.Size <= 0 {
-		return fmt.Errorf("deploy: spec: model size = %d, want > 0", s.Model.Size)
+		return bad("model size = %d, want > 0", s.Model.Size)
 	}
 	if !hex64.MatchString(s.Model.SHA256) {
-		return fmt.Errorf("deploy: spec: model sha256 %q is not 64 lowercase hex digits", s.Model.SHA256)
+		return bad("model sha256 %q is not 64 lowercase hex digits", s.Model.SHA256)
 	}
 	if s.Model.URL == "" && s.Model.Path == "" {
-		return errors.New("deploy: spec: model has neither a URL nor a local path")
+		return bad("model has neither a URL nor a local path")
 	}
 	if s.Ctx < 0 || s.Slots < 0 || s.Threads < 0 || s.MemoryLimit < 0 {
-		return errors.New("deploy: spec: ctx, slots, threads and memory limit must not be negative")
+		return bad("ctx, slots, threads and memory limit must not be negative")
 	}
 	for _, e := range []string{s.APIKeyEnv, s.HFTokenEnv} {
 		if e != "" && !envName.MatchString(e) {
-			return fmt.Errorf("deploy: spec: %q is not an environment variable name (A-Z, 0-9, _; at most 32)", e)
+			return bad("%q is not an environment variable name (A-Z, 0-9, _; at most 32)", e)
 		}
 	}
 	for i, c := range s.Candidates {
 		if c.Threads < 1 || c.Batch < 0 || c.UBatch < 0 {
-			return fmt.Errorf("deploy: spec: candidate %d: threads = %d, batch = %d, ubatch = %d", i, c.Threads, c.Batch, c.UBatch)
+			return bad("candidate %d: threads = %d, batch = %d, ubatch = %d", i, c.Threads, c.Batch, c.UBatch)
 		}
 	}
 	return nil
