@@ -91,6 +91,9 @@ type Deployment struct {
 	CreatedAt time.Time `json:"created_at"`
 	State     State     `json:"state"`
 	Replicas  []Replica `json:"replicas"`
+	// Gateway is the OpenAI endpoint the target runs in front of the replicas, when it runs one (the local
+	// target does; phones are reached through their own URLs).
+	Gateway *Gateway `json:"gateway,omitempty"`
 	// Extra is target-specific state as JSON (Acurast job IDs, processor addresses, IPFS CID, ...).
 	Extra json.RawMessage `json:"extra,omitempty"`
 }
@@ -103,6 +106,20 @@ type Replica struct {
 	Ref   string `json:"ref,omitempty"`
 	State State  `json:"state"`
 }
+
+// Gateway is a gateway a target runs in front of a deployment's replicas.
+type Gateway struct {
+	// URL is the gateway's base URL; the OpenAI API is under URL + "/v1".
+	URL string `json:"url"`
+	// Identity is a random value chosen when the deployment is made. The gateway sends it in the
+	// [GatewayIdentityHeader] of every answer, so that ship and status can tell their own gateway from another
+	// server answering on the same port. It is an identity, not a credential.
+	Identity string `json:"identity"`
+	State    State  `json:"state"`
+}
+
+// GatewayIdentityHeader is the response header that carries [Gateway.Identity].
+const GatewayIdentityHeader = "Phonellm-Gateway-Identity"
 
 // State is the life-cycle state of a deployment or replica.
 type State string
@@ -124,6 +141,19 @@ type Status struct {
 	Target   string          `json:"target"`
 	State    State           `json:"state"`
 	Replicas []ReplicaStatus `json:"replicas"`
+	// Gateway is the gateway's live view, when the deployment has one. The deployment is ready only while
+	// its gateway is.
+	Gateway *GatewayStatus `json:"gateway,omitempty"`
+}
+
+// GatewayStatus is the gateway with its last check: Healthy means its process runs and it answered with the
+// deployment's identity.
+type GatewayStatus struct {
+	Gateway
+	Healthy   bool            `json:"healthy"`
+	CheckedAt time.Time       `json:"checked_at,omitzero"`
+	Detail    json.RawMessage `json:"detail,omitempty"`
+	Error     string          `json:"error,omitempty"`
 }
 
 // ReplicaStatus is a replica with its last health check.
