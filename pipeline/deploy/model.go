@@ -85,7 +85,7 @@ func modelURL(ws *workspace.Workspace, path, sum string, dryRun bool) (u, note s
 	switch {
 	case found == "" && dryRun:
 		return "https://" + PlaceholderHost + "/" + url.PathEscape(base),
-			"placeholder: " + base + " is not on the Hub yet; 'phonellm publish' it before the real ship (phones download it from there)", nil
+			"placeholder: " + base + " is not on the Hub yet; publish it ('phonellm publish') before the real ship, phones download it from there", nil
 	case found == "":
 		return "", "", &NotPublishedError{File: base, Workspace: ws != nil}
 	case !strings.HasPrefix(found, "https://"):
