@@ -79,6 +79,9 @@ func newFleetCmd(a *app) *cobra.Command {
 			if err != nil {
 				a.io.Warnf("%v", err)
 			}
+			if ds == nil {
+				ds = []deploy.Deployment{} // JSON: [] rather than null
+			}
 			return a.io.Result(ds, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tTARGET\tSTATE\tREPLICAS\tMODEL\tCREATED")

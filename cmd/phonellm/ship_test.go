@@ -167,7 +167,7 @@ func TestShipLocal(t *testing.T) {
 	if out != "" || strings.Contains(e, "ANOTHER DEPLOYMENT") {
 		t.Fatalf("ship on a taken port printed a result: %q %q", out, e)
 	}
-	if code, out, _ := runCLI(t, ctx, "fleet", "list", "--json"); code != 0 || strings.TrimSpace(out) != "null" && strings.TrimSpace(out) != "[]" {
+	if code, out, _ := runCLI(t, ctx, "fleet", "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("deployments after the failed ship: %s", out)
 	}
 
@@ -234,7 +234,7 @@ func TestShipLocal(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &pr) != nil || len(pr.Removed) != 1 || pr.Removed[0] != res.Deployment {
 		t.Fatalf("fleet prune: %d %s %s", code, out, e)
 	}
-	if code, out, _ := runCLI(t, ctx, "fleet", "list", "--json"); code != 0 || strings.TrimSpace(out) != "null" && strings.TrimSpace(out) != "[]" {
+	if code, out, _ := runCLI(t, ctx, "fleet", "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("fleet list after prune: %s", out)
 	}
 }
