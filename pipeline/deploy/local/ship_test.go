@@ -72,10 +72,9 @@ func TestShipGatewaySupervised(t *testing.T) {
 	if err != nil || ans == "" {
 		t.Fatalf("first answer under the alias: %q %v", ans, err)
 	}
-	st, err := f.Status(ctx, d.ID)
-	if err != nil || st.State != deploy.StateReady || !st.Gateway.Healthy {
-		t.Fatalf("status after ship: %+v %v", st, err)
-	}
+	st, _ := waitStatus(t, f, d.ID, "ready", func(st deploy.Status, _ []Detail) bool {
+		return st.State == deploy.StateReady && st.Gateway != nil && st.Gateway.Healthy
+	})
 	before := gatewayDetail(t, st)
 	if before.PID <= 0 || before.Restarts != 0 {
 		t.Fatalf("gateway detail %+v", before)
@@ -91,11 +90,6 @@ func TestShipGatewaySupervised(t *testing.T) {
 	}
 	if st.State == deploy.StateReady || st.Gateway.Healthy || st.Gateway.Error == "" {
 		t.Fatalf("status with the gateway not answering: state %s, gateway %+v", st.State, st.Gateway)
-	}
-	for _, r := range st.Replicas {
-		if !r.Healthy {
-			t.Fatalf("replica %d not healthy: %+v", r.Index, r)
-		}
 	}
 
 	// Killed: the supervisor starts a new gateway on the same socket, with the same identity.
