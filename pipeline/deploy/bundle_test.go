@@ -230,7 +230,21 @@ func FuzzReadBundle(f *testing.F) {
 	b, _ := BundleBytes("tiny", testPhoneConfig())
 	f.Add(b)
 	f.Add([]byte("PK\x03\x04"))
+	cfg, _ := json.Marshal(testPhoneConfig())
+	f.Add(craftBundle(f, "tiny", "index.js", map[string][]byte{"index.js": []byte("x"), "config.json": cfg, "../up.js": []byte("y")}))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ReadBundle(data)
+		m, c, err := ReadBundle(data)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted names only plain files.
+		if !ValidFileName(m.Entrypoint) || (c.Model.File != "" && !ValidFileName(c.Model.File)) {
+			t.Fatalf("accepted entrypoint %q, model.file %q", m.Entrypoint, c.Model.File)
+		}
+		for _, f := range m.Phonellm.Files {
+			if !ValidFileName(f.Path) {
+				t.Fatalf("accepted manifest path %q", f.Path)
+			}
+		}
 	})
 }
