@@ -254,3 +254,30 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("pruned record still loads: %v", err)
 	}
 }
+
+// TestResumeRebindsGateway: when the supervisor dies, its processes die with it and the gateway's socket
+// closes; Resume's new supervisor binds the recorded port again and the gateway answers there with the
+// deployment's identity.
+func TestResumeRebindsGateway(t *testing.T) {
+	f := testFleet(t, t.TempDir())
+	d := shipT(t, f, testSpec(t, 1))
+	rec, _ := f.o.Store.Load(d.ID)
+	x, _ := decodeExtra(rec)
+	if err := syscall.Kill(x.Supervisor.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, f, d.ID, "failed", func(st deploy.Status, _ []Detail) bool {
+		return st.State == deploy.StateFailed && !alive(x.Gateway.Proc)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := f.Resume(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WaitReady(ctx, d.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := deploy.FirstAnswer(ctx, shipClient, *d.Gateway, "tiny", "hello again", ""); err != nil {
+		t.Fatalf("through the resumed gateway at %s: %v", d.Gateway.URL, err)
+	}
+}
