@@ -129,6 +129,10 @@ func shipError(ctx context.Context, err error) error {
 	if errors.As(err, &nf) {
 		return withCode(exitVerdict, err, strings.TrimSpace(suggestionHint(nf.Fit)+" (or --force to ship anyway)"))
 	}
+	var pe *deploy.PortInUseError
+	if errors.As(err, &pe) {
+		return withCode(exitFailure, err, "choose another port with --gateway-port, or --gateway-port 0 for a free one")
+	}
 	switch {
 	case pipeline.IsCheckFailed(err):
 		return withCode(exitVerdict, err, "")

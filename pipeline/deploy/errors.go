@@ -76,7 +76,7 @@ type PortInUseError struct {
 }
 
 func (e *PortInUseError) Error() string {
-	return fmt.Sprintf("gateway port %d is already in use on 127.0.0.1 (another deployment or program listens there; choose another with --gateway-port, or 0 for a free one)", e.Port)
+	return fmt.Sprintf("gateway port %d is already in use on 127.0.0.1 (another deployment or program listens there); nothing was started", e.Port)
 }
 func (e *PortInUseError) Unwrap() error { return e.Err }
 
