@@ -61,7 +61,7 @@ The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'
 	f.IntVar(&fl.ctx, "ctx", 4096, "context tokens per slot")
 	f.IntVar(&fl.parallel, "parallel", 1, "parallel slots per replica")
 	f.StringVar(&fl.name, "name", "", "deployment name, and the model name the replicas serve (default: the model file's)")
-	f.StringVar(&fl.apiKeyEnv, "api-key-env", "", "environment variable holding the API key clients must send (required for acurast)")
+	f.StringVar(&fl.apiKeyEnv, "api-key-env", "", "environment variable holding the API key clients must send (required for acurast; default PHONELLM_API_KEY when it is set)")
 	f.IntVar(&fl.gatewayPort, "gateway-port", 8090, "local gateway port (0 picks a free one)")
 	f.StringVar(&fl.prompt, "prompt", "Say hello.", "first chat request sent through the gateway")
 	f.BoolVar(&fl.force, "force", false, "ship even if the model does not fit the phone profile")
@@ -72,6 +72,11 @@ The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'
 }
 
 func runShip(a *app, fl shipFlags) error {
+	if fl.apiKeyEnv == "" && getenv("PHONELLM_API_KEY", "") != "" {
+		// serve and gateway require PHONELLM_API_KEY when it is set; the replicas, the gateway and the first
+		// request must agree on it, so it is the deployment's key too.
+		fl.apiKeyEnv = "PHONELLM_API_KEY"
+	}
 	switch {
 	case fl.replicas < 1 || fl.replicas > deploy.MaxReplicas:
 		return usageError("--replicas must be 1..%d", deploy.MaxReplicas)

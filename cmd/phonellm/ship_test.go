@@ -172,6 +172,9 @@ func TestShipLocal(t *testing.T) {
 	}
 
 	// ship --name: the replicas serve that name, the first answer comes through this deployment's gateway.
+	// PHONELLM_API_KEY set: replicas, gateway and the first request all use it.
+	const key = "sk-test-local-fleet-0123456789"
+	t.Setenv("PHONELLM_API_KEY", key)
 	code, out, e = runCLI(t, ctx, "ship", "--replicas", "1", "--gateway-port", "0", "--name", "fraud-x", "--json")
 	if code != 0 {
 		t.Fatalf("ship --name fraud-x: exit %d\n%s", code, e)
@@ -179,6 +182,15 @@ func TestShipLocal(t *testing.T) {
 	var res deploy.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Answer == "" || res.Model.ID != "fraud-x" || res.Gateway == "" {
 		t.Fatalf("ship result %s (%v)", out, err)
+	}
+	if rec, _ := os.ReadFile(filepath.Join(fleetDir(), "deployments", res.Deployment+".json")); strings.Contains(string(rec), key) || !strings.Contains(string(rec), `"PHONELLM_API_KEY"`) {
+		t.Fatalf("deployment record leaks the key or does not name its variable:\n%s", rec)
+	}
+	// Without the key the gateway refuses.
+	if resp, err := http.Get(res.Gateway + "/v1/models"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("gateway without the key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	// Ready (polled: one health check may time out on a loaded machine).
 	st := fleetStatus(t, res.Deployment)
