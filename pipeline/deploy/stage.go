@@ -239,9 +239,9 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		ans, ms, err := FirstAnswer(actx, o.HTTP, *gw, spec.Model.ID, o.Prompt, o.key())
 		cancel()
 		if err != nil {
-			stopErr := StopAfterFailure(ctx, o.Target, sh.Deployment.ID)
+			stopped := StopAfterFailure(ctx, o.Target, sh.Deployment.ID)
 			return res, &FleetError{Deployment: sh.Deployment.ID,
-				Err: errors.Join(fmt.Errorf("first request through the gateway %s: %w; deployment %s stopped", gw.URL, err, sh.Deployment.ID), stopErr)}
+				Err: fmt.Errorf("first request through the gateway %s: %w%s", gw.URL, err, StoppedNote(sh.Deployment.ID, stopped))}
 		}
 		res.Gateway, res.Answer, res.LatencyMS = gw.URL, ans, ms
 	}
@@ -269,10 +269,16 @@ func StopAfterFailure(ctx context.Context, f Fleet, id string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := f.Stop(sctx, id); err != nil {
-		return fmt.Errorf("stopping %s failed too: %w (stop it with 'phonellm fleet stop %s')", id, err, id)
+	return f.Stop(sctx, id)
+}
+
+// StoppedNote ends a ship failure's message with what became of the deployment: "; deployment X stopped",
+// or why stopping it failed too (the caller's error stays the cause).
+func StoppedNote(id string, stopErr error) string {
+	if stopErr != nil {
+		return fmt.Sprintf("; stopping deployment %s failed too: %v", id, stopErr)
 	}
-	return nil
+	return fmt.Sprintf("; deployment %s stopped", id)
 }
 
 // record is the ship stage's one workspace record: the deployment, its target and gateway, and the bundle.

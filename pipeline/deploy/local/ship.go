@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -40,8 +39,10 @@ func (f *Fleet) Ship(ctx context.Context, req deploy.ShipRequest) (deploy.Shipme
 	spec.Target = to
 	d, err := f.Deploy(ctx, spec)
 	if err != nil {
-		if d.ID != "" {
-			err = errors.Join(err, deploy.StopAfterFailure(ctx, f, d.ID))
+		if d.ID != "" { // recorded, but its supervisor did not take over
+			if stopErr := deploy.StopAfterFailure(ctx, f, d.ID); stopErr != nil {
+				err = fmt.Errorf("%w%s", err, deploy.StoppedNote(d.ID, stopErr))
+			}
 		}
 		return deploy.Shipment{Deployment: d}, err
 	}
@@ -56,12 +57,12 @@ func (f *Fleet) Ship(ctx context.Context, req deploy.ShipRequest) (deploy.Shipme
 	cancel()
 	rep.End(step, err)
 	if err != nil {
-		stopErr := deploy.StopAfterFailure(ctx, f, d.ID)
+		stopped := deploy.StopAfterFailure(ctx, f, d.ID)
 		if ctx.Err() != nil {
-			return deploy.Shipment{Deployment: d}, errors.Join(ctx.Err(), stopErr)
+			return deploy.Shipment{Deployment: d}, fmt.Errorf("%w%s", ctx.Err(), deploy.StoppedNote(d.ID, stopped))
 		}
 		return deploy.Shipment{Deployment: d}, &deploy.FleetError{Deployment: d.ID, Logs: runDir(f.o.Store, d.ID),
-			Err: errors.Join(fmt.Errorf("%w; deployment %s stopped", err, d.ID), stopErr)}
+			Err: fmt.Errorf("%w%s", err, deploy.StoppedNote(d.ID, stopped))}
 	}
 	d, err = f.o.Store.Load(d.ID)
 	return deploy.Shipment{Deployment: d}, err

@@ -84,6 +84,15 @@ func TestShipGatewaySupervised(t *testing.T) {
 	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before every thread has stopped: wait for the stopped state ('T') the kernel reports.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, _, err := procStat(before.PID); err == nil && st == 'T' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway did not stop")
+		}
+	}
 	st, err = f.Status(ctx, d.ID)
 	if err != nil {
 		t.Fatal(err)
