@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 )
 
 var _ deploy.Target = (*Fleet)(nil)
+
+var errNotReady = errors.New("not ready")
 
 // Info: the replicas run `phonellm serve` (the built-in engine) on the model file itself.
 func (f *Fleet) Info() deploy.TargetInfo {
@@ -55,7 +58,12 @@ func (f *Fleet) Ship(ctx context.Context, req deploy.ShipRequest) (deploy.Shipme
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	_, err = f.WaitReady(wctx, d.ID, 0)
 	cancel()
-	rep.End(step, err)
+	if err != nil {
+		// The step line says that it failed; the error itself is reported once, by the caller.
+		rep.End(step, errNotReady)
+	} else {
+		rep.End(step, nil)
+	}
 	if err != nil {
 		stopped := deploy.StopAfterFailure(ctx, f, d.ID)
 		if ctx.Err() != nil {
