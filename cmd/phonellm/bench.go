@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/internal/benchdata"
@@ -177,23 +174,16 @@ llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/b
 				}
 				for _, th := range threads {
 					out := filepath.Join(tmp, "out.gguf")
-					c := exec.CommandContext(a.ctx, exe, "quantize", t, "--in", in, "-o", out, "--threads", strconv.Itoa(th), "-q", "--json")
-					c.Env = append(os.Environ(), "PHONELLM_WORKSPACE="+tmp)
-					c.Stderr = a.io.Err
-					start := time.Now()
-					outJSON, err := c.Output()
+					child, err := bench.RunChild(a.ctx, []string{exe, "quantize", t, "--in", in, "-o", out, "--threads", strconv.Itoa(th), "-q", "--json"},
+						append(os.Environ(), "PHONELLM_WORKSPACE="+tmp), a.io.Err)
 					if err != nil {
 						return fmt.Errorf("bench quantize %s (%d threads): %w", t, th, err)
 					}
-					el := time.Since(start).Seconds()
+					el := child.Seconds
 					var qr quantize.Result
-					json.Unmarshal(outJSON, &qr)
-					ru, _ := c.ProcessState.SysUsage().(*syscall.Rusage)
+					json.Unmarshal(child.Stdout, &qr)
 					row := quantBenchRow{Type: strings.ToUpper(t), Threads: th, Seconds: el, InputBytes: st.Size(),
-						InputMBps: float64(st.Size()) / 1e6 / el}
-					if ru != nil {
-						row.PeakRSS = ru.Maxrss * 1024
-					}
+						InputMBps: float64(st.Size()) / 1e6 / el, PeakRSS: child.PeakRSS}
 					if len(qr.Artifacts) > 0 {
 						row.OutBytes = qr.Artifacts[0].Size
 					}

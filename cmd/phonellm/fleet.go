@@ -1,18 +1,18 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/phonellm/phonellm/pipeline/deploy"
+	"github.com/phonellm/phonellm/pipeline/deploy/acurast"
 	"github.com/phonellm/phonellm/pipeline/deploy/local"
 	"github.com/spf13/cobra"
 )
@@ -23,68 +23,64 @@ func init() { register("ship", newFleetCmd) }
 // `phonellm fleet status` works from any folder and any shell.
 func fleetDir() string { return filepath.Join(phonellmHome(), "fleet") }
 
-func localFleet() (*local.Fleet, *deploy.Store, error) {
+// fleets opens the deployment records and every target's fleet over them, by target name.
+func fleets(a *app) (*deploy.Store, map[string]deploy.Fleet, error) {
 	st := deploy.NewStore(fleetDir())
-	f, err := local.New(local.Options{Store: st})
-	return f, st, err
-}
-
-// gatewayRecord is the detached gateway of a local deployment, kept next to its records.
-type gatewayRecord struct {
-	PID  int    `json:"pid"`
-	URL  string `json:"url"`
-	Port int    `json:"port"`
-}
-
-func gatewayRecordPath(id string) string { return filepath.Join(fleetDir(), "gateways", id+".json") }
-
-func loadGatewayRecord(id string) (gatewayRecord, bool) {
-	var g gatewayRecord
-	b, err := os.ReadFile(gatewayRecordPath(id))
-	if err != nil || json.Unmarshal(b, &g) != nil || g.PID <= 0 {
-		return g, false
-	}
-	return g, true
-}
-
-// gatewayAlive reports whether pid is still a phonellm gateway of deployment id (not a recycled pid).
-func gatewayAlive(pid int, id string) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	lf, err := local.New(local.Options{Store: st})
 	if err != nil {
-		return false
+		return nil, nil, err
 	}
-	args := strings.Split(string(cmdline), "\x00")
-	return containsStr(args, "gateway") && containsStr(args, id)
+	af := &acurast.Fleet{Store: st, SDK: acurast.NewSDK(), Dir: filepath.Join(fleetDir(), acurast.Target), Reporter: a.reporter()}
+	return st, map[string]deploy.Fleet{local.Target: lf, acurast.Target: af}, nil
 }
 
-func stopGateway(id string) {
-	g, ok := loadGatewayRecord(id)
-	if ok && gatewayAlive(g.PID, id) {
-		syscall.Kill(g.PID, syscall.SIGTERM)
-		for i := 0; i < 50 && gatewayAlive(g.PID, id); i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
+// pickDeployment opens the deployment named in args (or the newest) and its target's fleet.
+func pickDeployment(a *app, args []string) (*deploy.Store, deploy.Fleet, deploy.Deployment, error) {
+	st, fs, err := fleets(a)
+	if err != nil {
+		return nil, nil, deploy.Deployment{}, err
 	}
-	os.Remove(gatewayRecordPath(id))
+	var d deploy.Deployment
+	if len(args) == 1 {
+		if d, err = st.Load(args[0]); err != nil {
+			return nil, nil, d, err
+		}
+	} else {
+		ds, err := st.List()
+		if len(ds) == 0 {
+			if err != nil {
+				return nil, nil, d, err
+			}
+			return nil, nil, d, fmt.Errorf("no deployments in %s (run 'phonellm ship')", fleetDir())
+		}
+		d = ds[len(ds)-1] // List sorts by creation time
+	}
+	f, ok := fs[d.Target]
+	if !ok {
+		return nil, nil, d, fmt.Errorf("deployment %s has target %q, which this phonellm does not know", d.ID, d.Target)
+	}
+	return st, f, d, nil
 }
 
 func newFleetCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fleet",
-		Short: "List, inspect and stop deployments made by ship",
+		Short: "List, inspect, stop and prune deployments made by ship",
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List deployments",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, st, err := localFleet()
-			if err != nil {
+			ds, err := deploy.NewStore(fleetDir()).List()
+			if err != nil && len(ds) == 0 {
 				return err
 			}
-			ds, err := st.List()
 			if err != nil {
-				return err
+				a.io.Warnf("%v", err)
+			}
+			if ds == nil {
+				ds = []deploy.Deployment{} // JSON: [] rather than null
 			}
 			return a.io.Result(ds, func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -101,34 +97,15 @@ func newFleetCmd(a *app) *cobra.Command {
 		Short: "Replica health, URLs and the gateway of a deployment (default: the newest)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, id, err := fleetAndDeployment(args)
+			_, f, d, err := pickDeployment(a, args)
 			if err != nil {
 				return err
 			}
-			s, err := f.Status(a.ctx, id)
+			s, err := f.Status(a.ctx, d.ID)
 			if err != nil {
 				return err
 			}
-			g, hasGW := loadGatewayRecord(id)
-			out := struct {
-				deploy.Status
-				Gateway string `json:"gateway,omitempty"`
-			}{Status: s}
-			if hasGW && gatewayAlive(g.PID, id) {
-				out.Gateway = g.URL
-			}
-			return a.io.Result(out, func(w io.Writer) {
-				fmt.Fprintf(w, "%s (%s): %s\n", s.ID, s.Target, s.State)
-				if out.Gateway != "" {
-					fmt.Fprintf(w, "gateway %s\n", out.Gateway)
-				}
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "REPLICA\tURL\tSTATE\tHEALTHY")
-				for _, r := range s.Replicas {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", r.Index, r.URL, r.State, r.Healthy)
-				}
-				tw.Flush()
-			})
+			return a.io.Result(s, func(w io.Writer) { printStatus(w, s) })
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -136,53 +113,74 @@ func newFleetCmd(a *app) *cobra.Command {
 		Short: "Stop a deployment's replicas and gateway (default: the newest)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, id, err := fleetAndDeployment(args)
+			_, f, d, err := pickDeployment(a, args)
 			if err != nil {
 				return err
 			}
-			stopGateway(id)
-			if err := f.Stop(a.ctx, id); err != nil {
+			if err := f.Stop(a.ctx, d.ID); err != nil {
 				return err
 			}
-			return a.io.Result(map[string]string{"stopped": id}, func(w io.Writer) { fmt.Fprintf(w, "stopped %s\n", id) })
+			return a.io.Result(map[string]string{"stopped": d.ID}, func(w io.Writer) { fmt.Fprintf(w, "stopped %s\n", d.ID) })
 		},
 	})
-	for _, c := range []struct {
-		use, short string
-		do         func(f *local.Fleet, id string) error
-	}{
-		{"resume [ID]", "Restart a deployment whose supervisor is gone (after a crash or reboot)", func(f *local.Fleet, id string) error { return f.Resume(a.ctx, id) }},
-		{"rm [ID]", "Stop a deployment and delete its records and logs", func(f *local.Fleet, id string) error {
-			stopGateway(id)
-			return f.Remove(a.ctx, id)
-		}},
-	} {
-		cmd.AddCommand(&cobra.Command{
-			Use:   c.use,
-			Short: c.short,
-			Args:  cobra.MaximumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				f, id, err := fleetAndDeployment(args)
-				if err != nil {
-					return err
-				}
-				if err := c.do(f, id); err != nil {
-					return err
-				}
-				verb := strings.Fields(c.use)[0]
-				return a.io.Result(map[string]string{verb: id}, func(w io.Writer) { fmt.Fprintf(w, "%s %s\n", verb, id) })
-			},
-		})
-	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "resume [ID]",
+		Short: "Restart a local deployment whose supervisor is gone (after a crash or reboot)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, f, d, err := pickDeployment(a, args)
+			if err != nil {
+				return err
+			}
+			lf, ok := f.(*local.Fleet)
+			if !ok {
+				return usageError("deployment %s runs on %s; only local deployments have a supervisor to resume", d.ID, d.Target)
+			}
+			if err := lf.Resume(a.ctx, d.ID); err != nil {
+				return err
+			}
+			return a.io.Result(map[string]string{"resume": d.ID}, func(w io.Writer) { fmt.Fprintf(w, "resume %s\n", d.ID) })
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "rm [ID]",
+		Short: "Stop a deployment and delete its records and logs",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, f, d, err := pickDeployment(a, args)
+			if err != nil {
+				return err
+			}
+			if r, ok := f.(deploy.Remover); ok {
+				err = r.Remove(a.ctx, d.ID)
+			} else if err = f.Stop(a.ctx, d.ID); err == nil {
+				err = st.Delete(d.ID)
+			}
+			if err != nil {
+				return err
+			}
+			return a.io.Result(map[string]string{"rm": d.ID}, func(w io.Writer) { fmt.Fprintf(w, "rm %s\n", d.ID) })
+		},
+	})
+	cmd.AddCommand(newFleetPruneCmd(a))
 	var stateDir string
 	sup := &cobra.Command{
 		Use:    "supervise --state-dir DIR ID",
-		Short:  "Run a local deployment's replicas, restarting any that exits (started by ship)",
+		Short:  "Run a local deployment's replicas and gateway, restarting any that exits (started by ship)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			logger := slog.New(slog.NewTextHandler(a.io.Err, nil))
-			return local.Supervise(a.ctx, local.SuperviseOptions{Store: deploy.NewStore(stateDir), ID: args[0], Logger: logger})
+			o := local.SuperviseOptions{Store: deploy.NewStore(stateDir), ID: args[0], Logger: slog.New(slog.NewTextHandler(a.io.Err, nil))}
+			if v := os.Getenv(local.ListenFDEnv); v != "" {
+				fd, err := strconv.Atoi(v)
+				if err != nil {
+					return usageError("%s=%q is not a file descriptor", local.ListenFDEnv, v)
+				}
+				if o.Listener, err = local.InheritedListener(fd); err != nil {
+					return err
+				}
+			}
+			return local.Supervise(a.ctx, o)
 		},
 	}
 	sup.Flags().StringVar(&stateDir, "state-dir", fleetDir(), "deployment state folder")
@@ -190,33 +188,65 @@ func newFleetCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// fleetAndDeployment opens the local fleet and picks the deployment named in args (or the newest).
-func fleetAndDeployment(args []string) (*local.Fleet, string, error) {
-	f, st, err := localFleet()
-	if err != nil {
-		return nil, "", err
+func newFleetPruneCmd(a *app) *cobra.Command {
+	var o deploy.PruneOptions
+	cmd := &cobra.Command{
+		Use:   "prune [--all] [--older-than 24h]",
+		Short: "Delete the records and logs of stopped deployments",
+		Long: `Delete the records and logs of deployments that no longer serve, so 'fleet list' shows what matters.
+
+By default only stopped deployments go. --all also removes dead ones that were never stopped — a local
+deployment whose supervisor is gone (failed), a planned one — stopping them first so nothing is left behind.
+--older-than keeps deployments created more recently than the given age. A deployment that runs in any way
+(ready, degraded, starting) is never removed; stop it first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.OlderThan < 0 {
+				return usageError("--older-than must not be negative")
+			}
+			st, fs, err := fleets(a)
+			if err != nil {
+				return err
+			}
+			o.Targets = fs
+			res, err := deploy.Prune(a.ctx, st, o)
+			if err != nil && len(res.Removed) == 0 {
+				return err
+			}
+			if err != nil {
+				a.io.Warnf("%v", err)
+			}
+			return a.io.Result(res, func(w io.Writer) {
+				for _, id := range res.Removed {
+					fmt.Fprintf(w, "removed %s\n", id)
+				}
+				fmt.Fprintf(w, "%d removed, %d kept\n", len(res.Removed), len(res.Kept))
+			})
+		},
 	}
-	id, err := pickDeployment(st, args)
-	return f, id, err
+	cmd.Flags().BoolVar(&o.All, "all", false, "also remove failed and planned deployments (stopping them first)")
+	cmd.Flags().DurationVar(&o.OlderThan, "older-than", 0, "only remove deployments created at least this long ago")
+	return cmd
 }
 
-// pickDeployment returns the named deployment, or the newest one.
-func pickDeployment(st *deploy.Store, args []string) (string, error) {
-	if len(args) == 1 {
-		return args[0], nil
+func printStatus(w io.Writer, s deploy.Status) {
+	fmt.Fprintf(w, "%s (%s): %s\n", s.ID, s.Target, s.State)
+	if g := s.Gateway; g != nil {
+		line := fmt.Sprintf("gateway %s  %s", g.URL, g.State)
+		if g.Error != "" && !g.Healthy {
+			line += ": " + g.Error
+		}
+		fmt.Fprintln(w, line)
 	}
-	ds, err := st.List()
-	if err != nil {
-		return "", err
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tURL\tSTATE\tHEALTHY")
+	for _, r := range s.Replicas {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", r.Index, r.URL, r.State, r.Healthy)
 	}
-	var newest *deploy.Deployment
-	for i := range ds {
-		if newest == nil || ds[i].CreatedAt.After(newest.CreatedAt) {
-			newest = &ds[i]
+	tw.Flush()
+	for _, r := range s.Replicas {
+		if r.Error != "" && !r.Healthy && r.State != deploy.StateStopped {
+			fmt.Fprintf(w, "replica %d: %s\n", r.Index, strings.TrimSpace(r.Error))
 		}
 	}
-	if newest == nil {
-		return "", fmt.Errorf("no deployments in %s (run 'phonellm ship')", fleetDir())
-	}
-	return newest.ID, nil
 }

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/pipeline/deploy"
+	"github.com/phonellm/phonellm/pipeline/deploy/local"
 	"github.com/phonellm/phonellm/runtime/gateway"
 	"github.com/spf13/cobra"
 )
@@ -17,9 +20,9 @@ import (
 func init() { register("run", newGatewayCmd) }
 
 func newGatewayCmd(a *app) *cobra.Command {
-	var deployment, host, apiKeyEnv string
+	var deployment, host, apiKeyEnv, stateDir, identity string
 	var replicas []string
-	var port int
+	var port, listenFD int
 	cmd := &cobra.Command{
 		Use:   "gateway (--deployment ID | --replica URL...) [--port 8090]",
 		Short: "One OpenAI-compatible endpoint over the replicas of a deployment",
@@ -42,13 +45,17 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 				keys = append(keys, key)
 			}
 			logger := slog.New(slog.NewTextHandler(a.io.Err, nil))
-			g, err := gateway.New(gateway.Options{APIKeys: keys, Logger: logger})
+			opts := gateway.Options{APIKeys: keys, Logger: logger}
+			if identity != "" {
+				opts.Header = http.Header{deploy.GatewayIdentityHeader: {identity}}
+			}
+			g, err := gateway.New(opts)
 			if err != nil {
 				return err
 			}
 			defer g.Close()
 			if deployment != "" {
-				f, _, err := localFleet()
+				f, err := local.New(local.Options{Store: deploy.NewStore(stateDir)})
 				if err != nil {
 					return err
 				}
@@ -75,7 +82,14 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 					return usageError("%v", err)
 				}
 			}
-			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			var ln net.Listener
+			if listenFD > 0 {
+				// The supervisor holds the bound socket for the deployment's life and hands it to every
+				// gateway it starts, so a restarted gateway serves on the same port.
+				ln, err = local.InheritedListener(listenFD)
+			} else {
+				ln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			}
 			if err != nil {
 				return err
 			}
@@ -90,5 +104,11 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 	f.StringVar(&host, "host", "127.0.0.1", "address to bind")
 	f.IntVarP(&port, "port", "p", 8090, "port to bind (0 picks a free one)")
 	f.StringVar(&apiKeyEnv, "api-key-env", "", "environment variable holding the key clients must send")
+	f.StringVar(&stateDir, "state-dir", fleetDir(), "deployment state folder (with --deployment)")
+	f.IntVar(&listenFD, "listen-fd", 0, "serve on this inherited listening socket instead of binding --host/--port")
+	f.StringVar(&identity, "identity", "", "value of the "+deploy.GatewayIdentityHeader+" header sent on every answer")
+	for _, n := range []string{"state-dir", "listen-fd", "identity"} {
+		_ = f.MarkHidden(n) // set by the local fleet's supervisor
+	}
 	return cmd
 }

@@ -111,7 +111,8 @@ func run(ctx context.Context, args []string, s *ui.Streams) int {
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
 	cmd, err := root.ExecuteContextC(ctx)
-	if err != nil && isCobraUsage(err) {
+	var ee *exitError
+	if err != nil && !asErr(err, &ee) && isCobraUsage(err) { // flag errors are usage errors already
 		err = usageError("%v (see '%s --help')", err, cmd.CommandPath())
 	}
 	code, hint := exitCode(ctx, err)

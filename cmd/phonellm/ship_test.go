@@ -3,12 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/deploy"
+	"github.com/phonellm/phonellm/pipeline/deploy/acurast"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 )
 
@@ -46,17 +53,21 @@ func TestShipAcurastDryRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ship --dry-run: %d %s", code, e)
 	}
-	var res shipResult
+	var res deploy.Result
+	var plan acurast.Plan
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Plan == nil || res.Bundle == nil {
 		t.Fatalf("result %q (%v)", out, err)
 	}
-	if len(res.Plan.Calls) != 2 || !strings.HasPrefix(res.Plan.Script, "ipfs://") {
-		t.Errorf("plan: %d deploy calls, script %q", len(res.Plan.Calls), res.Plan.Script)
+	if err := json.Unmarshal(res.Plan, &plan); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Calls) != 2 || !strings.HasPrefix(plan.Script, "ipfs://") {
+		t.Errorf("plan: %d deploy calls, script %q", len(plan.Calls), plan.Script)
 	}
 	if strings.Contains(out+e, key) {
 		t.Error("the API key appears in ship's output")
 	}
-	cfg, err := os.ReadFile(res.Plan.ConfigPath)
+	cfg, err := os.ReadFile(plan.ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,5 +82,212 @@ func TestShipAcurastDryRun(t *testing.T) {
 	}
 	if filepath.Dir(res.Bundle.Path) != filepath.Join(dir, ".phonellm", "acurast") {
 		t.Errorf("bundle at %s", res.Bundle.Path)
+	}
+}
+
+// shipWorkspace makes a workspace with a quantized tiny model, with fleet state under a fresh PHONELLM_HOME;
+// it stops every deployment left when the test ends.
+func shipWorkspace(t *testing.T) string {
+	t.Helper()
+	base := tinyCheckpoint(t, "qwen3")
+	dir := t.TempDir()
+	home := t.TempDir()
+	t.Setenv("PHONELLM_WORKSPACE", dir)
+	t.Setenv("PHONELLM_HOME", home)
+	t.Setenv(cliSelfEnv, "1")
+	if code, _, e := runCLI(t, context.Background(), "init", "--dir", dir, "--base", base, "--name", "tiny"); code != 0 {
+		t.Fatalf("init: %s", e)
+	}
+	if code, _, e := runCLI(t, context.Background(), "quantize", "q4_k_m"); code != 0 {
+		t.Fatalf("quantize: %s", e)
+	}
+	t.Cleanup(func() {
+		ds, _ := deploy.NewStore(filepath.Join(home, "fleet")).List()
+		for _, d := range ds {
+			if d.State != deploy.StateStopped {
+				if code, _, e := runCLI(t, context.Background(), "fleet", "stop", d.ID); code != 0 {
+					t.Errorf("cleanup: fleet stop %s: %s", d.ID, e)
+				}
+			}
+		}
+	})
+	return dir
+}
+
+func fleetStatus(t *testing.T, id string) deploy.Status {
+	t.Helper()
+	code, out, e := runCLI(t, context.Background(), "fleet", "status", id, "--json")
+	var st deploy.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("fleet status: %d %s %s", code, out, e)
+	}
+	return st
+}
+
+// errorLines returns stderr's "error:" lines.
+func errorLines(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "error:") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestShipLocal is issue 13 item 4 through the command line, as a user hits it:
+//   - with the gateway port taken by another server, ship printed that server's URL and answer and exited 0;
+//     now it exits 1 with one error line naming the port, prints no result and leaves nothing running;
+//   - the same with another deployment (another model) on the port: that deployment keeps serving, the new
+//     one is not started;
+//   - ship --name X: the first request asked for X while the replicas served the file name (404, exit 1, the
+//     deployment left running); now the replicas serve X;
+//   - a killed gateway stayed dead while 'fleet status' said ready; now status reports it and the
+//     supervisor restarts it.
+func TestShipLocal(t *testing.T) {
+	shipWorkspace(t)
+	ctx := context.Background()
+
+	// Another program answers on the port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"status":"ok","choices":[{"message":{"content":"ANSWER OF ANOTHER DEPLOYMENT"}}]}`))
+	})}
+	go other.Serve(ln)
+	defer other.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	code, out, e := runCLI(t, ctx, "ship", "--replicas", "1", "--gateway-port", port)
+	if code != exitFailure || len(errorLines(e)) != 1 || !strings.Contains(errorLines(e)[0], "gateway port "+port) {
+		t.Fatalf("ship on a taken port: exit %d, stderr %q", code, e)
+	}
+	if out != "" || strings.Contains(e, "ANOTHER DEPLOYMENT") {
+		t.Fatalf("ship on a taken port printed a result: %q %q", out, e)
+	}
+	if code, out, _ := runCLI(t, ctx, "fleet", "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("deployments after the failed ship: %s", out)
+	}
+
+	// ship --name: the replicas serve that name, the first answer comes through this deployment's gateway.
+	// PHONELLM_API_KEY set: replicas, gateway and the first request all use it.
+	const key = "sk-test-local-fleet-0123456789"
+	t.Setenv("PHONELLM_API_KEY", key)
+	code, out, e = runCLI(t, ctx, "ship", "--replicas", "1", "--gateway-port", "0", "--name", "fraud-x", "--json")
+	if code != 0 {
+		t.Fatalf("ship --name fraud-x: exit %d\n%s", code, e)
+	}
+	var res deploy.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Answer == "" || res.Model.ID != "fraud-x" || res.Gateway == "" {
+		t.Fatalf("ship result %s (%v)", out, err)
+	}
+	if rec, _ := os.ReadFile(filepath.Join(fleetDir(), "deployments", res.Deployment+".json")); strings.Contains(string(rec), key) || !strings.Contains(string(rec), `"PHONELLM_API_KEY"`) {
+		t.Fatalf("deployment record leaks the key or does not name its variable:\n%s", rec)
+	}
+	// Without the key the gateway refuses.
+	if resp, err := http.Get(res.Gateway + "/v1/models"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("gateway without the key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// Ready (polled: one health check may time out on a loaded machine).
+	st := fleetStatus(t, res.Deployment)
+	for deadline := time.Now().Add(60 * time.Second); st.State != deploy.StateReady; st = fleetStatus(t, res.Deployment) {
+		if time.Now().After(deadline) {
+			t.Fatalf("status after ship: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st.Gateway == nil || !st.Gateway.Healthy || st.Gateway.URL != res.Gateway {
+		t.Fatalf("status after ship: %+v", st)
+	}
+
+	// Another model on that deployment's gateway port: refused, naming the port; the first keeps serving.
+	gwPort := strings.TrimPrefix(res.Gateway, "http://127.0.0.1:")
+	code, out, e = runCLI(t, ctx, "ship", "--replicas", "1", "--gateway-port", gwPort, "--name", "other-model")
+	if code != exitFailure || len(errorLines(e)) != 1 || !strings.Contains(e, "gateway port "+gwPort) || out != "" {
+		t.Fatalf("second ship on the same port: exit %d, %q %q", code, out, e)
+	}
+	if ds, _ := deploy.NewStore(fleetDir()).List(); len(ds) != 1 {
+		t.Fatalf("%d deployments recorded, want only the first", len(ds))
+	}
+
+	// Kill the gateway: status does not claim ready while it is down, and the supervisor restarts it.
+	var det struct {
+		PID int `json:"pid"`
+	}
+	json.Unmarshal(st.Gateway.Detail, &det)
+	if det.PID <= 0 {
+		t.Fatalf("gateway detail %s", st.Gateway.Detail)
+	}
+	if err := syscall.Kill(det.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		st = fleetStatus(t, res.Deployment)
+		var now struct {
+			PID      int `json:"pid"`
+			Restarts int `json:"restarts"`
+		}
+		json.Unmarshal(st.Gateway.Detail, &now)
+		if st.State == deploy.StateReady && !st.Gateway.Healthy {
+			t.Fatalf("status %s while the gateway is down: %+v", st.State, st.Gateway)
+		}
+		if st.Gateway.Healthy && now.Restarts == 1 && now.PID != det.PID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway was not restarted: %+v", st.Gateway)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Stop, then prune: the list is empty again.
+	if code, _, e := runCLI(t, ctx, "fleet", "stop", res.Deployment); code != 0 {
+		t.Fatalf("fleet stop: %s", e)
+	}
+	code, out, e = runCLI(t, ctx, "fleet", "prune", "--json")
+	var pr deploy.PruneResult
+	if code != 0 || json.Unmarshal([]byte(out), &pr) != nil || len(pr.Removed) != 1 || pr.Removed[0] != res.Deployment {
+		t.Fatalf("fleet prune: %d %s %s", code, out, e)
+	}
+	if code, out, _ := runCLI(t, ctx, "fleet", "list", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("fleet list after prune: %s", out)
+	}
+}
+
+// TestShipAcurastPlanBeforePublish is issue 13 item 8's dry-run defects: the plan can be made before a real
+// publish (a placeholder URL, labelled), the unset API-key variable is warned about, and the summary shows
+// the jobs' lifetime, cost and RAM floor. Errors are printed once.
+func TestShipAcurastPlanBeforePublish(t *testing.T) {
+	shipWorkspace(t)
+	ctx := context.Background()
+	const keyVar = "PHONELLM_TEST_UNSET_API_KEY"
+	os.Unsetenv(keyVar)
+	code, out, e := runCLI(t, ctx, "ship", "--target", "acurast", "--replicas", "2", "--phone", "16gb", "--api-key-env", keyVar, "--dry-run")
+	if code != 0 {
+		t.Fatalf("dry run before publish: exit %d\n%s", code, e)
+	}
+	for _, want := range []string{"acurast plan", "https://" + deploy.PlaceholderHost + "/tiny-Q4_K_M.gguf", "placeholder",
+		"lifetime  24 h per job", "RAM floor 14.4", "cost      at most 0.8 ACU per phone, 1.6 ACU locked for 2 phones", keyVar} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(e, "warning") || !strings.Contains(e, keyVar+" is not set") {
+		t.Errorf("no warning about the unset %s: %q", keyVar, e)
+	}
+	// The real ship before publish: one error, naming what to do.
+	t.Setenv(keyVar, "sk-test-0123456789abcdef")
+	code, out, e = runCLI(t, ctx, "ship", "--target", "acurast", "--replicas", "2", "--api-key-env", keyVar)
+	if code == 0 || out != "" || len(errorLines(e)) != 1 || !strings.Contains(e, "phonellm publish") || strings.Count(e, "not on the Hub yet") != 1 {
+		t.Fatalf("real ship before publish: exit %d, %q %q", code, out, e)
+	}
+	// A flag error names the help once.
+	code, _, e = runCLI(t, ctx, "ship", "--replicas", "x")
+	if code != exitUsage || strings.Count(e, "(see 'phonellm ship --help')") != 1 {
+		t.Fatalf("flag error: exit %d, %q", code, e)
 	}
 }

@@ -13,8 +13,10 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/phonellm/phonellm/internal/fsx"
@@ -116,31 +118,36 @@ func NewPhoneConfig(spec Spec, version string) PhoneConfig {
 	return c
 }
 
-// Validate checks the configuration the phone will run with.
+// Validate checks the configuration the phone will run with. Errors are *[SpecError].
 func (c PhoneConfig) Validate() error {
+	bad := func(format string, args ...any) error { return SpecErrorf("deploy: bundle config: "+format, args...) }
 	if err := validModelURL(c.Model.URL); err != nil {
 		return err
 	}
 	if c.Model.Size <= 0 {
-		return fmt.Errorf("deploy: bundle config: model size = %d, want > 0", c.Model.Size)
+		return bad("model size = %d, want > 0", c.Model.Size)
 	}
 	if !hex64.MatchString(c.Model.SHA256) {
-		return fmt.Errorf("deploy: bundle config: model sha256 %q is not 64 lowercase hex digits", c.Model.SHA256)
+		return bad("model sha256 %q is not 64 lowercase hex digits", c.Model.SHA256)
+	}
+	// The phone joins model.file to its storage folder: a plain file name only (no separators, no "..").
+	if c.Model.File != "" && !ValidFileName(c.Model.File) {
+		return bad("model file %q is not a plain file name (letters, digits, '.', '_', '-'; no separators or \"..\")", c.Model.File)
 	}
 	if c.Ctx <= 0 || c.Slots <= 0 || c.Slots > 256 {
-		return fmt.Errorf("deploy: bundle config: ctx = %d, slots = %d; want ctx > 0 and slots in 1..256", c.Ctx, c.Slots)
+		return bad("ctx = %d, slots = %d; want ctx > 0 and slots in 1..256", c.Ctx, c.Slots)
 	}
 	if len(c.Candidates) == 0 || len(c.Candidates) > 16 {
-		return fmt.Errorf("deploy: bundle config: %d candidate settings, want 1..16", len(c.Candidates))
+		return bad("%d candidate settings, want 1..16", len(c.Candidates))
 	}
 	for i, s := range c.Candidates {
 		if s.Threads < 1 || s.Threads > 256 || s.Batch < 0 || s.UBatch < 0 {
-			return fmt.Errorf("deploy: bundle config: candidate %d: threads = %d, batch = %d, ubatch = %d", i, s.Threads, s.Batch, s.UBatch)
+			return bad("candidate %d: threads = %d, batch = %d, ubatch = %d", i, s.Threads, s.Batch, s.UBatch)
 		}
 	}
 	for _, e := range []string{c.APIKeyEnv, c.HFTokenEnv, c.TunnelKeyEnv} {
 		if e != "" && !envName.MatchString(e) {
-			return fmt.Errorf("deploy: bundle config: %q is not an environment variable name", e)
+			return bad("%q is not an environment variable name", e)
 		}
 	}
 	for _, a := range []string{c.Listen, c.LlamaAddr} {
@@ -148,28 +155,37 @@ func (c PhoneConfig) Validate() error {
 			continue
 		}
 		if _, p, err := net.SplitHostPort(a); err != nil {
-			return fmt.Errorf("deploy: bundle config: address %q: %w", a, err)
+			return bad("address %q: %v", a, err)
 		} else if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("deploy: bundle config: address %q: bad port", a)
+			return bad("address %q: bad port", a)
 		}
 	}
 	if len(c.Tunnel.ServerAddrs) == 0 || c.Tunnel.DomainSuffix == "" {
-		return errors.New("deploy: bundle config: tunnel needs server addresses and a domain suffix")
+		return bad("tunnel needs server addresses and a domain suffix")
 	}
 	if c.Bench.MaxTokens <= 0 || c.Bench.Prompt == "" {
-		return errors.New("deploy: bundle config: bench needs a prompt and max_tokens > 0")
+		return bad("bench needs a prompt and max_tokens > 0")
 	}
 	return nil
 }
+
+// fileNameRE is what a name the phone turns into a path may look like: it starts with a letter or digit (so
+// never ".", ".." or a hidden file) and holds no separator.
+var fileNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)
+
+// ValidFileName reports whether s is a plain file name that is safe to join to a folder on the phone: letters,
+// digits, '.', '_' and '-', starting with a letter or digit, no "..", at most 200 bytes. The entrypoint
+// (runtime/phone/index.js) applies the same rule before it joins a name to its storage folder.
+func ValidFileName(s string) bool { return fileNameRE.MatchString(s) && !strings.Contains(s, "..") }
 
 // validModelURL accepts https, and http only on loopback (test Hubs).
 func validModelURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("deploy: bundle config: model URL %q is not an absolute URL", s)
+		return SpecErrorf("deploy: bundle config: model URL %q is not an absolute URL", s)
 	}
 	if u.User != nil {
-		return fmt.Errorf("deploy: bundle config: model URL must not carry credentials")
+		return SpecErrorf("deploy: bundle config: model URL must not carry credentials")
 	}
 	switch u.Scheme {
 	case "https":
@@ -179,7 +195,7 @@ func validModelURL(s string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("deploy: bundle config: model URL %q: want https (http only on loopback)", s)
+	return SpecErrorf("deploy: bundle config: model URL %q: want https (http only on loopback)", s)
 }
 
 // Manifest is manifest.json: Acurast's fields (acurast.md §2.2: name, version, entrypoint, restartPolicy)
@@ -298,57 +314,91 @@ func BundleBytes(name string, cfg PhoneConfig) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// maxBundleEntry bounds one file read back from a bundle.
-const maxBundleEntry = 8 << 20
+// maxBundleEntry bounds one file read back from a bundle; maxBundleFiles bounds the entries.
+const (
+	maxBundleEntry = 8 << 20
+	maxBundleFiles = 64
+)
 
 // ReadBundle opens a bundle, checks every file against manifest.json and returns the manifest and config.
+// Every name that becomes a path where the bundle is unpacked or run (zip entries, manifest paths, the
+// entrypoint, config.json's model.file) must be a plain file name: no separators, no "..". Errors are
+// *[BundleError], or the config's *[SpecError].
 func ReadBundle(b []byte) (Manifest, PhoneConfig, error) {
 	var m Manifest
 	var c PhoneConfig
 	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
-		return m, c, fmt.Errorf("deploy: bundle: %w", err)
+		return m, c, bundleErrorf("%v", err)
+	}
+	if len(zr.File) > maxBundleFiles {
+		return m, c, bundleErrorf("%d entries, at most %d", len(zr.File), maxBundleFiles)
 	}
 	got := map[string][]byte{}
 	for _, f := range zr.File {
+		if !ValidFileName(f.Name) {
+			return m, c, bundleErrorf("entry %q is not a plain file name (no folders, separators or \"..\")", f.Name)
+		}
 		if f.UncompressedSize64 > maxBundleEntry {
-			return m, c, fmt.Errorf("deploy: bundle: %s: %d bytes, more than %d", f.Name, f.UncompressedSize64, maxBundleEntry)
+			return m, c, bundleErrorf("%s: %d bytes, more than %d", f.Name, f.UncompressedSize64, maxBundleEntry)
+		}
+		if _, dup := got[f.Name]; dup {
+			return m, c, bundleErrorf("%s appears twice", f.Name)
 		}
 		rc, err := f.Open()
 		if err != nil {
-			return m, c, fmt.Errorf("deploy: bundle: %s: %w", f.Name, err)
+			return m, c, bundleErrorf("%s: %v", f.Name, err)
 		}
 		data, err := io.ReadAll(io.LimitReader(rc, maxBundleEntry+1))
 		rc.Close()
 		if err != nil {
-			return m, c, fmt.Errorf("deploy: bundle: %s: %w", f.Name, err)
+			return m, c, bundleErrorf("%s: %v", f.Name, err)
 		}
-		if _, dup := got[f.Name]; dup {
-			return m, c, fmt.Errorf("deploy: bundle: %s appears twice", f.Name)
+		if len(data) > maxBundleEntry {
+			return m, c, bundleErrorf("%s: more than %d bytes", f.Name, maxBundleEntry)
 		}
 		got[f.Name] = data
 	}
-	if err := json.Unmarshal(got["manifest.json"], &m); err != nil {
-		return m, c, fmt.Errorf("deploy: bundle: manifest.json: %w", err)
+	mj, ok := got["manifest.json"]
+	if !ok {
+		return m, c, bundleErrorf("no manifest.json")
+	}
+	if err := json.Unmarshal(mj, &m); err != nil {
+		return m, c, bundleErrorf("manifest.json: %v", err)
+	}
+	if m.Name == "" || len(m.Name) > 128 || strings.ContainsAny(m.Name, "/\\\x00") || strings.Contains(m.Name, "..") {
+		return m, c, bundleErrorf("manifest.json: name %q: want 1..128 bytes without separators or \"..\"", m.Name)
+	}
+	if !ValidFileName(m.Entrypoint) {
+		return m, c, bundleErrorf("manifest.json: entrypoint %q is not a plain file name", m.Entrypoint)
 	}
 	if len(m.Phonellm.Files) != len(got)-1 {
-		return m, c, fmt.Errorf("deploy: bundle: manifest lists %d files, zip has %d besides the manifest", len(m.Phonellm.Files), len(got)-1)
+		return m, c, bundleErrorf("manifest lists %d files, zip has %d besides the manifest", len(m.Phonellm.Files), len(got)-1)
 	}
+	listed := map[string]bool{}
 	for _, f := range m.Phonellm.Files {
+		if !ValidFileName(f.Path) || f.Path == "manifest.json" || listed[f.Path] {
+			return m, c, bundleErrorf("manifest.json: file %q: want a plain file name, listed once, other than the manifest", f.Path)
+		}
+		listed[f.Path] = true
 		data, ok := got[f.Path]
 		if !ok {
-			return m, c, fmt.Errorf("deploy: bundle: %s is in the manifest but not in the zip", f.Path)
+			return m, c, bundleErrorf("%s is in the manifest but not in the zip", f.Path)
 		}
 		s := sha256.Sum256(data)
 		if int64(len(data)) != f.Size || hex.EncodeToString(s[:]) != f.SHA256 {
-			return m, c, fmt.Errorf("deploy: bundle: %s does not match its manifest size/sha256", f.Path)
+			return m, c, bundleErrorf("%s does not match its manifest size/sha256", f.Path)
 		}
 	}
 	if _, ok := got[m.Entrypoint]; !ok {
-		return m, c, fmt.Errorf("deploy: bundle: entrypoint %q missing", m.Entrypoint)
+		return m, c, bundleErrorf("entrypoint %q missing", m.Entrypoint)
 	}
-	if err := json.Unmarshal(got["config.json"], &c); err != nil {
-		return m, c, fmt.Errorf("deploy: bundle: config.json: %w", err)
+	cj, ok := got["config.json"]
+	if !ok {
+		return m, c, bundleErrorf("no config.json")
+	}
+	if err := json.Unmarshal(cj, &c); err != nil {
+		return m, c, bundleErrorf("config.json: %v", err)
 	}
 	return m, c, c.Validate()
 }

@@ -6,10 +6,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/phonellm/phonellm/pipeline"
 )
 
 func testPhoneConfig() PhoneConfig {
@@ -137,11 +142,109 @@ func TestPhoneConfigValidate(t *testing.T) {
 	}
 }
 
+// craftBundle zips files with a manifest that lists them with their true sizes and hashes, so that a test
+// can make any one field hostile while every integrity check still passes.
+func craftBundle(t testing.TB, name, entrypoint string, files map[string][]byte) []byte {
+	t.Helper()
+	m := Manifest{Name: name, Version: 1, Entrypoint: entrypoint, RestartPolicy: "onFailure"}
+	var names []string
+	for p := range files {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	for _, p := range names {
+		s := sha256.Sum256(files[p])
+		m.Phonellm.Files = append(m.Phonellm.Files, ManifestFile{Path: p, Size: int64(len(files[p])), SHA256: hex.EncodeToString(s[:])})
+	}
+	mj, _ := json.Marshal(m)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, p := range append(names, "manifest.json") {
+		w, err := zw.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == "manifest.json" {
+			w.Write(mj)
+		} else {
+			w.Write(files[p])
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestReadBundleRejectsPaths is issue 14's bundle item: every name that becomes a path on the phone or where
+// the bundle is unpacked must be a plain file name. model.file of "../../../../x.gguf" was accepted before.
+func TestReadBundleRejectsPaths(t *testing.T) {
+	entry := []byte("// entrypoint")
+	config := func(file string) []byte {
+		c := testPhoneConfig()
+		c.Model.File = file
+		b, _ := json.Marshal(c)
+		return b
+	}
+	good := craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config("model.gguf")})
+	if _, c, err := ReadBundle(good); err != nil || c.Model.File != "model.gguf" {
+		t.Fatalf("a well-formed crafted bundle: %v", err)
+	}
+	for name, b := range map[string][]byte{
+		"model.file ..":        craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config("../../../../x.gguf")}),
+		"model.file absolute":  craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config("/etc/passwd")}),
+		"model.file separator": craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config("sub/model.gguf")}),
+		"model.file backslash": craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config(`..\model.gguf`)}),
+		"model.file dotdot":    craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config("..")}),
+		"model.file hidden":    craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config(".bashrc")}),
+		"entry with folder":    craftBundle(t, "tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config(""), "../evil.js": entry}),
+		"entrypoint path":      craftBundle(t, "tiny", "../index.js", map[string][]byte{"index.js": entry, "config.json": config("")}),
+		"name with separator":  craftBundle(t, "../tiny", "index.js", map[string][]byte{"index.js": entry, "config.json": config("")}),
+	} {
+		_, _, err := ReadBundle(b)
+		var be *BundleError
+		var se *SpecError
+		if err == nil || !(errors.As(err, &be) || errors.As(err, &se)) || !pipeline.IsInputError(err) {
+			t.Errorf("%s: accepted or unclassified: %v", name, err)
+		}
+	}
+	// The builder refuses such a config before writing anything.
+	c := testPhoneConfig()
+	c.Model.File = "../x.gguf"
+	if _, err := BundleBytes("tiny", c); err == nil || !strings.Contains(err.Error(), "plain file name") {
+		t.Errorf("BundleBytes with model.file ../x.gguf: %v", err)
+	}
+}
+
+func TestValidFileName(t *testing.T) {
+	for s, want := range map[string]bool{"model.gguf": true, "model-abc_1.gguf": true, "Q": true, "": false, ".": false,
+		"..": false, "a..b": false, ".hidden": false, "a/b": false, `a\b`: false, "a b": false, "a\x00b": false,
+		strings.Repeat("a", 200): true, strings.Repeat("a", 201): false} {
+		if got := ValidFileName(s); got != want {
+			t.Errorf("ValidFileName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 func FuzzReadBundle(f *testing.F) {
 	b, _ := BundleBytes("tiny", testPhoneConfig())
 	f.Add(b)
 	f.Add([]byte("PK\x03\x04"))
+	cfg, _ := json.Marshal(testPhoneConfig())
+	f.Add(craftBundle(f, "tiny", "index.js", map[string][]byte{"index.js": []byte("x"), "config.json": cfg, "../up.js": []byte("y")}))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ReadBundle(data)
+		m, c, err := ReadBundle(data)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted names only plain files.
+		if !ValidFileName(m.Entrypoint) || (c.Model.File != "" && !ValidFileName(c.Model.File)) {
+			t.Fatalf("accepted entrypoint %q, model.file %q", m.Entrypoint, c.Model.File)
+		}
+		for _, f := range m.Phonellm.Files {
+			if !ValidFileName(f.Path) {
+				t.Fatalf("accepted manifest path %q", f.Path)
+			}
+		}
 	})
 }

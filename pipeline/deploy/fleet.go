@@ -3,8 +3,6 @@ package deploy
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"regexp"
 	"time"
 )
@@ -93,6 +91,9 @@ type Deployment struct {
 	CreatedAt time.Time `json:"created_at"`
 	State     State     `json:"state"`
 	Replicas  []Replica `json:"replicas"`
+	// Gateway is the OpenAI endpoint the target runs in front of the replicas, when it runs one (the local
+	// target does; phones are reached through their own URLs).
+	Gateway *Gateway `json:"gateway,omitempty"`
 	// Extra is target-specific state as JSON (Acurast job IDs, processor addresses, IPFS CID, ...).
 	Extra json.RawMessage `json:"extra,omitempty"`
 }
@@ -105,6 +106,20 @@ type Replica struct {
 	Ref   string `json:"ref,omitempty"`
 	State State  `json:"state"`
 }
+
+// Gateway is a gateway a target runs in front of a deployment's replicas.
+type Gateway struct {
+	// URL is the gateway's base URL; the OpenAI API is under URL + "/v1".
+	URL string `json:"url"`
+	// Identity is a random value chosen when the deployment is made. The gateway sends it in the
+	// [GatewayIdentityHeader] of every answer, so that ship and status can tell their own gateway from another
+	// server answering on the same port. It is an identity, not a credential.
+	Identity string `json:"identity"`
+	State    State  `json:"state"`
+}
+
+// GatewayIdentityHeader is the response header that carries [Gateway.Identity].
+const GatewayIdentityHeader = "Phonellm-Gateway-Identity"
 
 // State is the life-cycle state of a deployment or replica.
 type State string
@@ -126,6 +141,19 @@ type Status struct {
 	Target   string          `json:"target"`
 	State    State           `json:"state"`
 	Replicas []ReplicaStatus `json:"replicas"`
+	// Gateway is the gateway's live view, when the deployment has one. The deployment is ready only while
+	// its gateway is.
+	Gateway *GatewayStatus `json:"gateway,omitempty"`
+}
+
+// GatewayStatus is the gateway with its last check: Healthy means its process runs and it answered with the
+// deployment's identity.
+type GatewayStatus struct {
+	Gateway
+	Healthy   bool            `json:"healthy"`
+	CheckedAt time.Time       `json:"checked_at,omitzero"`
+	Detail    json.RawMessage `json:"detail,omitempty"`
+	Error     string          `json:"error,omitempty"`
 }
 
 // ReplicaStatus is a replica with its last health check.
@@ -196,34 +224,35 @@ var (
 	hex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-// Validate checks a Spec for what every target needs.
+// Validate checks a Spec for what every target needs. Errors are *[SpecError].
 func (s Spec) Validate() error {
+	bad := func(format string, args ...any) error { return SpecErrorf("deploy: spec: "+format, args...) }
 	if s.Name == "" {
-		return errors.New("deploy: spec: name is empty")
+		return bad("name is empty")
 	}
 	if s.Replicas < 1 || s.Replicas > MaxReplicas {
-		return fmt.Errorf("deploy: spec: replicas = %d, want 1..%d", s.Replicas, MaxReplicas)
+		return bad("replicas = %d, want 1..%d", s.Replicas, MaxReplicas)
 	}
 	if s.Model.Size <= 0 {
-		return fmt.Errorf("deploy: spec: model size = %d, want > 0", s.Model.Size)
+		return bad("model size = %d, want > 0", s.Model.Size)
 	}
 	if !hex64.MatchString(s.Model.SHA256) {
-		return fmt.Errorf("deploy: spec: model sha256 %q is not 64 lowercase hex digits", s.Model.SHA256)
+		return bad("model sha256 %q is not 64 lowercase hex digits", s.Model.SHA256)
 	}
 	if s.Model.URL == "" && s.Model.Path == "" {
-		return errors.New("deploy: spec: model has neither a URL nor a local path")
+		return bad("model has neither a URL nor a local path")
 	}
 	if s.Ctx < 0 || s.Slots < 0 || s.Threads < 0 || s.MemoryLimit < 0 {
-		return errors.New("deploy: spec: ctx, slots, threads and memory limit must not be negative")
+		return bad("ctx, slots, threads and memory limit must not be negative")
 	}
 	for _, e := range []string{s.APIKeyEnv, s.HFTokenEnv} {
 		if e != "" && !envName.MatchString(e) {
-			return fmt.Errorf("deploy: spec: %q is not an environment variable name (A-Z, 0-9, _; at most 32)", e)
+			return bad("%q is not an environment variable name (A-Z, 0-9, _; at most 32)", e)
 		}
 	}
 	for i, c := range s.Candidates {
 		if c.Threads < 1 || c.Batch < 0 || c.UBatch < 0 {
-			return fmt.Errorf("deploy: spec: candidate %d: threads = %d, batch = %d, ubatch = %d", i, c.Threads, c.Batch, c.UBatch)
+			return bad("candidate %d: threads = %d, batch = %d, ubatch = %d", i, c.Threads, c.Batch, c.UBatch)
 		}
 	}
 	return nil

@@ -70,6 +70,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Logger receives replica state changes and failed requests; nil discards.
 	Logger *slog.Logger
+	// Header is set on every response, /health included: for example the identity a deployment gives its
+	// gateway, so the process that started it can tell it from another server on the same port.
+	Header http.Header
 }
 
 func (o *Options) defaults() {
@@ -186,6 +189,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.
 func (g *Gateway) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		for k, v := range g.o.Header {
+			w.Header()[k] = v
+		}
 		sw := &httpx.StatusWriter{ResponseWriter: w}
 		defer func() {
 			if r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/v1/health" {

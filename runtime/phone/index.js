@@ -24,12 +24,43 @@ const log = (...a) => console.log('phonellm:', ...a);
 function loadConfig() {
   const candidates = [path.join(__dirname, 'config.json'), path.join(process.cwd(), 'config.json')];
   for (const p of candidates) {
-    if (fs.existsSync(p)) return JSON.parse(fs.readFileSync(p, 'utf8'));
+    if (fs.existsSync(p)) return checkConfig(JSON.parse(fs.readFileSync(p, 'utf8')));
   }
   throw new Error('config.json not found next to the entrypoint');
 }
 
-const cfg = loadConfig();
+// plainFileName is the rule for every name this script joins to a folder, the same as pipeline/deploy's
+// ValidFileName: letters, digits, '.', '_' and '-', starting with a letter or digit (never ".", ".." or a
+// hidden file), no "..", at most 200 bytes — so no separator can lead out of the job's storage folder.
+const plainFileName = (s) => typeof s === 'string' && /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/.test(s) && !s.includes('..');
+
+// checkConfig refuses a config.json whose values would be used as paths or numbers without being what the
+// bundle builder writes (phonellm validates it too; this script does not trust that).
+function checkConfig(c) {
+  const bad = (msg) => {
+    throw new Error('config.json: ' + msg);
+  };
+  if (!c || typeof c !== 'object') bad('not a JSON object');
+  const m = c.model;
+  if (!m || typeof m !== 'object') bad('no model');
+  if (typeof m.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(m.sha256)) bad('model.sha256 is not 64 lowercase hex digits');
+  if (!Number.isSafeInteger(m.size) || m.size <= 0) bad('model.size is not a positive integer');
+  if (typeof m.url !== 'string' || !/^https?:\/\//.test(m.url)) bad('model.url is not an http(s) URL');
+  if (m.file !== undefined && m.file !== '' && !plainFileName(m.file)) {
+    bad(`model.file ${JSON.stringify(m.file)} is not a plain file name (letters, digits, '.', '_', '-'; no separators or "..")`);
+  }
+  if (!Number.isSafeInteger(c.ctx) || c.ctx <= 0 || !Number.isSafeInteger(c.slots) || c.slots <= 0) bad('ctx and slots must be positive integers');
+  return c;
+}
+
+let cfg;
+try {
+  cfg = loadConfig();
+} catch (e) {
+  // Without a usable config there is nothing to serve; one line for the job's log, and a failed exit.
+  console.error('phonellm: fatal:', e.message);
+  process.exit(1);
+}
 const env = (STD && STD.env) || {};
 const secret = (name) => (name && typeof env[name] === 'string' && env[name] !== '' ? env[name] : undefined);
 const apiKey = secret(cfg.api_key_env);
@@ -152,7 +183,12 @@ async function downloadOnce(url, part, size) {
 async function fetchModel() {
   const dir = (STD && STD.job && STD.job.storageDir) || process.cwd();
   fs.mkdirSync(dir, { recursive: true });
-  const file = path.join(dir, cfg.model.file || `model-${cfg.model.sha256.slice(0, 16)}.gguf`);
+  const name = cfg.model.file || `model-${cfg.model.sha256.slice(0, 16)}.gguf`;
+  const file = path.join(dir, name);
+  // checkConfig vetted the name; check again where it becomes a path, so nothing is ever written outside dir.
+  if (!plainFileName(name) || path.dirname(path.resolve(file)) !== path.resolve(dir)) {
+    throw Object.assign(new Error(`model file ${JSON.stringify(name)} would be outside the storage folder`), { fatal: true });
+  }
   const marker = file + '.ok';
   const want = `${cfg.model.sha256} ${cfg.model.size}`;
   if (fs.existsSync(file)) {

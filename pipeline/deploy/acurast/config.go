@@ -2,7 +2,6 @@ package acurast
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -114,28 +113,28 @@ func (o Options) withDefaults(getenv func(string) string) Options {
 // Validate checks the options.
 func (o Options) Validate() error {
 	if o.Network != "mainnet" && o.Network != "canary" {
-		return fmt.Errorf("acurast: network %q, want mainnet or canary", o.Network)
+		return deploy.SpecErrorf("acurast: network %q, want mainnet or canary", o.Network)
 	}
 	if o.MinRAMBytes < 0 || o.MinCPUSingleCore < 0 || o.MinCPUMultiCore < 0 || o.MaxCostPerExecution < 0 {
-		return errors.New("acurast: negative filter or cost")
+		return deploy.SpecErrorf("acurast: negative filter or cost")
 	}
 	if o.Duration < time.Minute || o.Duration > 365*24*time.Hour {
-		return fmt.Errorf("acurast: duration %v, want 1m..365d", o.Duration)
+		return deploy.SpecErrorf("acurast: duration %v, want 1m..365d", o.Duration)
 	}
 	if o.StartAt.IsZero() && o.StartDelay < 5*time.Minute {
-		return fmt.Errorf("acurast: start delay %v, want at least 5m (processors need time to match and acknowledge)", o.StartDelay)
+		return deploy.SpecErrorf("acurast: start delay %v, want at least 5m (processors need time to match and acknowledge)", o.StartDelay)
 	}
 	for _, m := range o.RequiredModules {
 		if !slices.Contains([]string{"DataEncryption", "LLM", "Shell"}, m) {
-			return fmt.Errorf("acurast: required module %q, want DataEncryption, LLM or Shell", m)
+			return deploy.SpecErrorf("acurast: required module %q, want DataEncryption, LLM or Shell", m)
 		}
 	}
 	if len(o.ProcessorWhitelist) > 1000 {
-		return errors.New("acurast: processor whitelist longer than 1000")
+		return deploy.SpecErrorf("acurast: processor whitelist longer than 1000")
 	}
 	for _, a := range o.ProcessorWhitelist {
 		if _, err := DecodeSS58(a); err != nil {
-			return err
+			return deploy.SpecErrorf("%v", err)
 		}
 	}
 	return nil
@@ -280,8 +279,10 @@ func WriteConfigFile(path string, projects []ProjectConfig) error {
 
 // Cost is the money side of a plan, in picoACU (decimal strings: on chain they are u128).
 type Cost struct {
-	PerReplica string `json:"per_replica_pico"`
-	Replicas   int    `json:"replicas"`
+	// PerReplica is maxCostPerExecution: the most one phone is paid for the whole job.
+	PerReplica    string `json:"per_replica_pico"`
+	PerReplicaACU string `json:"per_replica_acu"`
+	Replicas      int    `json:"replicas"`
 	// Locked is what the deployer's account locks: maxCostPerExecution × executions (1) × replicas
 	// (acurast.md §5.2); unused funds come back on cleanup.
 	Locked    string `json:"locked_pico"`
@@ -300,7 +301,8 @@ type MatcherAdvice struct {
 
 func costOf(perReplica int64, replicas int) Cost {
 	locked := new(big.Int).Mul(big.NewInt(perReplica), big.NewInt(int64(replicas)))
-	return Cost{PerReplica: fmt.Sprint(perReplica), Replicas: replicas, Locked: locked.String(), LockedACU: formatACU(locked)}
+	return Cost{PerReplica: fmt.Sprint(perReplica), PerReplicaACU: formatACU(big.NewInt(perReplica)), Replicas: replicas,
+		Locked: locked.String(), LockedACU: formatACU(locked)}
 }
 
 // formatACU prints a picoACU amount in ACU without rounding ("8", "0.0771368").

@@ -14,6 +14,13 @@
 // cross-checked against the SDK's convertConfigToJob + @polkadot/types), the locked cost and the matcher's
 // price advice when it is reachable — and stops before anything is signed.
 //
+// [Fleet.Ship] is the target's part of the ship stage (deploy.Run): it builds the bundle for the fleet's
+// network with the phone profile's RAM as the phones' RAM floor, then plans or deploys. A dry run can be
+// planned before the model is on the Hub (deploy.Run gives it a placeholder URL under the .invalid domain,
+// labelled in the result) or after a publish to a local test Hub (noted in the plan); a real deploy needs an
+// https URL. The plan carries what the summary shows: the model URL, each job's lifetime and end (24 h by
+// default, after which the phones stop serving), the RAM floor, and the cost per phone and locked in total.
+//
 // Sources: shared reference acurast.md (§1.3 config, §2 pipeline, §2.4 call layout, §2.6 env encryption,
 // §3.4 tunnel, §5 pricing).
 package acurast

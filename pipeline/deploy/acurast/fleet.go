@@ -35,6 +35,8 @@ type Fleet struct {
 	// HTTP checks replica health (a 5 s timeout client when nil).
 	HTTP     *http.Client
 	Reporter pipeline.Reporter
+	// Network is the network Ship deploys to: "mainnet" (default) or "canary".
+	Network string
 }
 
 var _ deploy.Fleet = (*Fleet)(nil)
@@ -76,9 +78,18 @@ type Plan struct {
 	// Env lists the names of the per-phone encrypted variables (never values).
 	Env []string `json:"env"`
 	// DomainSuffix is the tunnel domain of the bundle: replica URLs are https://<client id>.<suffix>.
-	DomainSuffix string    `json:"domain_suffix"`
-	Cost         Cost      `json:"cost"`
-	Endpoints    Endpoints `json:"endpoints"`
+	DomainSuffix string `json:"domain_suffix"`
+	// ModelURL is where the phones download the model from.
+	ModelURL string `json:"model_url"`
+	// LifetimeMS is how long each phone serves (the job's maxExecutionTimeInMs): the jobs end at EndAt and
+	// the deployment stops serving then; ship again to go on.
+	LifetimeMS int64     `json:"lifetime_ms"`
+	EndAt      time.Time `json:"end_at"`
+	// MinRAMBytes is the RAM floor phones must report to be matched (benchmarkFilters.minRamTotalBytes; 0:
+	// none).
+	MinRAMBytes int64     `json:"min_ram_bytes"`
+	Cost        Cost      `json:"cost"`
+	Endpoints   Endpoints `json:"endpoints"`
 	// SDK is the cross-check by the installed @acurast/sdk (absent when it is not installed).
 	SDK   *SDKCheck `json:"sdk,omitempty"`
 	Notes []string  `json:"notes,omitempty"`
@@ -128,7 +139,7 @@ func decodeOptions(spec deploy.Spec) (Options, error) {
 		dec := json.NewDecoder(strings.NewReader(string(spec.Target)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&o); err != nil {
-			return o, fmt.Errorf("acurast: target options: %w", err)
+			return o, deploy.SpecErrorf("acurast: target options: %v", err)
 		}
 	}
 	return o, nil
@@ -152,15 +163,21 @@ func (f *Fleet) Plan(ctx context.Context, spec deploy.Spec) (Plan, error) {
 	if spec.Bundle == nil || spec.Bundle.Path == "" {
 		return Plan{}, errors.New("acurast: spec has no bundle (build it with deploy.BuildBundle)")
 	}
-	if spec.Model.URL == "" || !strings.HasPrefix(spec.Model.URL, "https://") {
-		return Plan{}, fmt.Errorf("acurast: model URL %q: phones download over https (publish the model first)", spec.Model.URL)
+	var notes []string
+	switch {
+	case spec.Model.URL == "":
+		return Plan{}, deploy.SpecErrorf("acurast: the spec has no model URL: phones download the model (publish it to the Hub)")
+	case !strings.HasPrefix(spec.Model.URL, "https://") && !(o.DryRun && loopbackHTTP(spec.Model.URL)):
+		return Plan{}, deploy.SpecErrorf("acurast: model URL %q is not https: phones download the model over https from the internet", spec.Model.URL)
+	case !strings.HasPrefix(spec.Model.URL, "https://"):
+		notes = append(notes, "model URL "+spec.Model.URL+" is a local test Hub: phones cannot reach it, and the real deploy refuses it")
 	}
 	if spec.APIKeyEnv == "" {
-		return Plan{}, errors.New("acurast: an API key variable is required: phones are reachable from the internet")
+		return Plan{}, deploy.SpecErrorf("acurast: an API key variable is required: phones are reachable from the internet")
 	}
 	names := envNames(spec)
 	if len(names) > 10 {
-		return Plan{}, fmt.Errorf("acurast: %d environment variables, at most 10", len(names))
+		return Plan{}, deploy.SpecErrorf("acurast: %d environment variables, at most 10", len(names))
 	}
 	b, err := os.ReadFile(spec.Bundle.Path)
 	if err != nil {
@@ -177,11 +194,11 @@ func (f *Fleet) Plan(ctx context.Context, spec deploy.Spec) (Plan, error) {
 	}
 	switch {
 	case pc.Model.SHA256 != spec.Model.SHA256 || pc.Model.Size != spec.Model.Size || pc.Model.URL != spec.Model.URL:
-		return Plan{}, fmt.Errorf("acurast: bundle %s was built for model %s (%d bytes), the spec names %s (%d bytes)", spec.Bundle.Path, pc.Model.SHA256, pc.Model.Size, spec.Model.SHA256, spec.Model.Size)
+		return Plan{}, deploy.SpecErrorf("acurast: bundle %s was built for model %s (%d bytes), the spec names %s (%d bytes)", spec.Bundle.Path, pc.Model.SHA256, pc.Model.Size, spec.Model.SHA256, spec.Model.Size)
 	case pc.APIKeyEnv != spec.APIKeyEnv || pc.HFTokenEnv != spec.HFTokenEnv || pc.TunnelKeyEnv != TunnelKeyEnv:
-		return Plan{}, fmt.Errorf("acurast: bundle %s reads variables %q/%q/%q, the deployment sets %q/%q/%q", spec.Bundle.Path, pc.APIKeyEnv, pc.HFTokenEnv, pc.TunnelKeyEnv, spec.APIKeyEnv, spec.HFTokenEnv, TunnelKeyEnv)
+		return Plan{}, deploy.SpecErrorf("acurast: bundle %s reads variables %q/%q/%q, the deployment sets %q/%q/%q", spec.Bundle.Path, pc.APIKeyEnv, pc.HFTokenEnv, pc.TunnelKeyEnv, spec.APIKeyEnv, spec.HFTokenEnv, TunnelKeyEnv)
 	case pc.Tunnel.DomainSuffix != wantSuffix:
-		return Plan{}, fmt.Errorf("acurast: bundle %s tunnels to %s, network %s uses %s (build it with deploy.%sTunnel)", spec.Bundle.Path, pc.Tunnel.DomainSuffix, o.Network, wantSuffix, map[bool]string{true: "Canary", false: "Mainnet"}[o.Network == "canary"])
+		return Plan{}, deploy.SpecErrorf("acurast: bundle %s tunnels to %s, network %s uses %s (build it with deploy.%sTunnel)", spec.Bundle.Path, pc.Tunnel.DomainSuffix, o.Network, wantSuffix, map[bool]string{true: "Canary", false: "Mainnet"}[o.Network == "canary"])
 	}
 	cid, ok := CIDv0(b)
 	if !ok {
@@ -196,8 +213,10 @@ func (f *Fleet) Plan(ctx context.Context, spec deploy.Spec) (Plan, error) {
 	p := Plan{
 		ID: id, Network: o.Network, Bundle: *spec.Bundle, Script: "ipfs://" + cid,
 		Projects: Projects(spec, o, "ipfs://"+cid, start), StartAt: start, Env: names, DomainSuffix: wantSuffix,
+		ModelURL: spec.Model.URL, LifetimeMS: o.Duration.Milliseconds(), EndAt: start.Add(o.Duration), MinRAMBytes: o.MinRAMBytes,
 		Cost:      costOf(o.MaxCostPerExecution, spec.Replicas),
 		Endpoints: Endpoints{RPC: o.RPC, IPFS: o.IPFS, Matcher: o.Matcher},
+		Notes:     notes,
 	}
 	for _, pc := range p.Projects {
 		call, err := EncodeDeployCallHex(pc)
@@ -318,17 +337,17 @@ func (f *Fleet) Deploy(ctx context.Context, spec deploy.Spec) (deploy.Deployment
 			}
 			v := f.getenv(n)
 			if v == "" && n == spec.APIKeyEnv {
-				return deploy.Deployment{}, fmt.Errorf("acurast: %s is empty: set the API key clients will use", n)
+				return deploy.Deployment{}, deploy.SpecErrorf("acurast: %s is empty: set the API key clients will use", n)
 			}
 			if len(v) > 996 {
-				return deploy.Deployment{}, fmt.Errorf("acurast: %s is %d bytes; encrypted variables hold at most 996", n, len(v))
+				return deploy.Deployment{}, deploy.SpecErrorf("acurast: %s is %d bytes; encrypted variables hold at most 996", n, len(v))
 			}
 			if v != "" {
 				secrets[n] = v
 			}
 		}
 		if f.getenv(MnemonicEnv) == "" {
-			return deploy.Deployment{}, fmt.Errorf("acurast: %s is not set (the deployer account's mnemonic; it is read from the environment only)", MnemonicEnv)
+			return deploy.Deployment{}, deploy.SpecErrorf("acurast: %s is not set (the deployer account's mnemonic; it is read from the environment only)", MnemonicEnv)
 		}
 		if f.SDK == nil {
 			return deploy.Deployment{}, errors.New("acurast: no SDK configured")

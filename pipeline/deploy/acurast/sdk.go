@@ -64,6 +64,17 @@ type SDKError struct {
 
 func (e *SDKError) Error() string { return fmt.Sprintf("acurast: sdk %s: %s", e.Op, e.Message) }
 
+// RemoteError is true for the operations that talk to the Acurast network, its IPFS pinning service or its
+// matcher (pin, deploy, stop, estimate): their failure is the remote side's answer. The other operations are
+// computed locally by the SDK.
+func (e *SDKError) RemoteError() bool {
+	switch e.Op {
+	case "pin", "deploy", "stop", "estimate":
+		return true
+	}
+	return false
+}
+
 // ErrNotInstalled means the pinned SDK is not in the npm prefix.
 var ErrNotInstalled = errors.New("acurast: @acurast/sdk " + SDKVersion + " is not installed (run scripts/setup-acurast.sh)")
 

@@ -2,12 +2,15 @@ package local
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +49,11 @@ type Options struct {
 	// Supervisor returns the command line that runs Supervise for deployment id with state folder dir,
 	// detached from the caller. Nil means DefaultSupervisor.
 	Supervisor func(dir, id string) ([]string, error)
+	// Gateway returns the command line of a deployment's gateway (the process finds its listening socket at
+	// file descriptor ListenFD). Nil means DefaultGateway.
+	Gateway func(dir, id string, g GatewayPlan) ([]string, error)
+	// GatewayPort is the port of the gateway Ship runs in front of the replicas; 0 picks a free one.
+	GatewayPort int
 	// Cores shared by the replicas (default: runtime.NumCPU()); each gets max(1, Cores/Replicas) threads
 	// unless the spec sets Threads.
 	Cores int
@@ -78,6 +86,12 @@ func New(o Options) (*Fleet, error) {
 	if o.Supervisor == nil {
 		o.Supervisor = DefaultSupervisor
 	}
+	if o.Gateway == nil {
+		o.Gateway = DefaultGateway
+	}
+	if o.GatewayPort < 0 || o.GatewayPort > 65535 {
+		return nil, fmt.Errorf("local: gateway port %d out of range", o.GatewayPort)
+	}
 	if o.Cores <= 0 {
 		o.Cores = runtime.NumCPU()
 	}
@@ -96,8 +110,9 @@ func New(o Options) (*Fleet, error) {
 	return &Fleet{o: o}, nil
 }
 
-// DefaultCommand runs this executable's serve command:
-// `serve MODEL --port P --threads T --parallel S --host 127.0.0.1 [--ctx C] [--batch B] [--flash-attn] [--api-key-env NAME]`.
+// DefaultCommand runs this executable's serve command: `serve MODEL --port P --threads T --parallel S --host
+// 127.0.0.1 [--alias ID] [--ctx C] [--batch B] [--flash-attn] [--api-key-env NAME]`. The alias is the spec's
+// model ID, so the replicas serve the model under the name clients (and the gateway) ask for.
 func DefaultCommand(spec deploy.Spec, p Plan) ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -105,6 +120,9 @@ func DefaultCommand(spec deploy.Spec, p Plan) ([]string, error) {
 	}
 	argv := []string{exe, "serve", p.Model, "--port", strconv.Itoa(p.Port), "--threads", strconv.Itoa(p.Threads),
 		"--parallel", strconv.Itoa(p.Slots), "--host", p.Host}
+	if spec.Model.ID != "" {
+		argv = append(argv, "--alias", spec.Model.ID)
+	}
 	if p.Ctx > 0 {
 		argv = append(argv, "--ctx", strconv.Itoa(p.Ctx))
 	}
@@ -133,9 +151,37 @@ func DefaultSupervisor(dir, id string) ([]string, error) {
 	return []string{exe, "fleet", "supervise", "--state-dir", dir, id}, nil
 }
 
+// GatewayPlan is what a deployment's gateway is started with; Options.Gateway turns it into a command line.
+type GatewayPlan struct {
+	Port int
+	// Identity is the value the gateway must send in deploy.GatewayIdentityHeader.
+	Identity string
+	// APIKeyEnv names the variable holding the key clients must send (and the gateway sends to replicas).
+	APIKeyEnv string
+}
+
+// DefaultGateway runs this executable's gateway command over the deployment: `gateway --deployment ID
+// --state-dir DIR --listen-fd 3 --identity X [--api-key-env NAME]`.
+func DefaultGateway(dir, id string, g GatewayPlan) ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("local: find the phonellm executable: %w", err)
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	argv := []string{exe, "gateway", "--deployment", id, "--state-dir", dir, "--listen-fd", strconv.Itoa(ListenFD), "--identity", g.Identity}
+	if g.APIKeyEnv != "" {
+		argv = append(argv, "--api-key-env", g.APIKeyEnv)
+	}
+	return argv, nil
+}
+
 // Deploy records the deployment, starts its supervisor detached, and returns once the supervisor has taken
-// over (replicas are then starting; see WaitReady). The model must be a local file (Spec.Model.Path) of
-// Spec.Model.Size bytes.
+// over (processes are then starting; see WaitReady). The model must be a local file (Spec.Model.Path) of
+// Spec.Model.Size bytes. When the spec's target options ask for a gateway, Deploy binds its port first — a
+// port in use is a *deploy.PortInUseError before anything starts — and hands the bound socket to the
+// supervisor, which keeps it for the deployment's life.
 func (f *Fleet) Deploy(ctx context.Context, spec deploy.Spec) (deploy.Deployment, error) {
 	if err := supported(); err != nil {
 		return deploy.Deployment{}, err
@@ -160,7 +206,18 @@ func (f *Fleet) Deploy(ctx context.Context, spec deploy.Spec) (deploy.Deployment
 	if err := keyPresent(spec); err != nil {
 		return deploy.Deployment{}, err
 	}
+	to, err := decodeTargetOptions(spec)
+	if err != nil {
+		return deploy.Deployment{}, err
+	}
 	forbidKey(f.o.Store, spec)
+	var ln net.Listener
+	if to.Gateway != nil {
+		if ln, err = listenGateway(to.Gateway.Port); err != nil {
+			return deploy.Deployment{}, err
+		}
+		defer ln.Close() // the supervisor holds its own copy
+	}
 
 	id, err := f.newID(spec.Name)
 	if err != nil {
@@ -207,13 +264,29 @@ func (f *Fleet) Deploy(ctx context.Context, spec deploy.Spec) (deploy.Deployment
 		x.Replicas = append(x.Replicas, Process{Index: i, Port: p.Port, Threads: p.Threads, MemoryLimit: spec.MemoryLimit, Argv: argv,
 			Log: filepath.Join(dir, fmt.Sprintf("replica-%d.log", i))})
 	}
+	if ln != nil {
+		port := listenerPort(ln)
+		ident, err := newIdentity()
+		if err != nil {
+			return deploy.Deployment{}, err
+		}
+		argv, err := f.o.Gateway(f.o.Store.Dir, id, GatewayPlan{Port: port, Identity: ident, APIKeyEnv: spec.APIKeyEnv})
+		if err != nil {
+			return deploy.Deployment{}, fmt.Errorf("local: gateway: %w", err)
+		}
+		if len(argv) == 0 {
+			return deploy.Deployment{}, errors.New("local: gateway: empty command")
+		}
+		d.Gateway = &deploy.Gateway{URL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Identity: ident, State: deploy.StatePending}
+		x.Gateway = &Process{Index: -1, Port: port, Argv: argv, Log: filepath.Join(dir, "gateway.log")}
+	}
 	if err := encodeExtra(&d, x); err != nil {
 		return deploy.Deployment{}, err
 	}
 	if err := f.o.Store.Save(d); err != nil {
 		return deploy.Deployment{}, err
 	}
-	if err := f.startSupervisor(ctx, d); err != nil {
+	if err := f.startSupervisor(ctx, d, ln); err != nil {
 		d.State = deploy.StateFailed
 		_ = f.o.Store.Save(d)
 		return d, err
@@ -266,8 +339,18 @@ func (f *Fleet) ports(n int) ([]int, error) {
 	return out, nil
 }
 
-// startSupervisor starts the supervisor in its own session and waits until it has recorded itself.
-func (f *Fleet) startSupervisor(ctx context.Context, d deploy.Deployment) error {
+// newIdentity is a fresh gateway identity: 128 random bits, hex.
+func newIdentity() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("local: gateway identity: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// startSupervisor starts the supervisor in its own session and waits until it has recorded itself. ln, when
+// set, is the gateway's bound socket, handed to the supervisor at file descriptor ListenFD.
+func (f *Fleet) startSupervisor(ctx context.Context, d deploy.Deployment, ln net.Listener) error {
 	argv, err := f.o.Supervisor(f.o.Store.Dir, d.ID)
 	if err != nil {
 		return err
@@ -286,6 +369,15 @@ func (f *Fleet) startSupervisor(ctx context.Context, d deploy.Deployment) error 
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = detachAttr()
+	if ln != nil {
+		lf, err := listenerFile(ln)
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		cmd.ExtraFiles = []*os.File{lf}
+		cmd.Env = append(os.Environ(), ListenFDEnv+"="+strconv.Itoa(ListenFD))
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("local: start supervisor %s: %w", argv[0], err)
 	}
@@ -340,11 +432,12 @@ func (f *Fleet) load(id string) (deploy.Deployment, Extra, error) {
 	return d, x, err
 }
 
-// Detail is what Status puts in each replica's Detail: the process record plus the replica's own /health.
+// Detail is what Status puts in each replica's (and the gateway's) Detail: the process record plus the
+// process's own /health.
 type Detail struct {
 	PID         int             `json:"pid,omitempty"`
 	Port        int             `json:"port"`
-	Threads     int             `json:"threads"`
+	Threads     int             `json:"threads,omitempty"`
 	MemoryLimit int64           `json:"memory_limit_bytes,omitempty"`
 	RSS         int64           `json:"rss_bytes,omitempty"`
 	StartedAt   time.Time       `json:"started_at,omitzero"`
@@ -355,8 +448,10 @@ type Detail struct {
 	Health      json.RawMessage `json:"health,omitempty"`
 }
 
-// Status checks every replica now: its process (PID and start time), its /health, and whether the
-// supervisor still runs. A replica is ready when /health answers 200.
+// Status checks every process now: its PID and start time, its health (a replica's GET /health; the
+// gateway's GET /health answered with the deployment's identity), and whether the supervisor still runs. A
+// replica is ready when /health answers 200; the deployment is ready only when every replica and the gateway
+// are.
 func (f *Fleet) Status(ctx context.Context, id string) (deploy.Status, error) {
 	d, x, err := f.load(id)
 	if err != nil {
@@ -372,10 +467,21 @@ func (f *Fleet) Status(ctx context.Context, id string) (deploy.Status, error) {
 			st.Replicas[i] = f.replicaStatus(ctx, d, r, x.Replicas[i], supervised)
 		}()
 	}
+	if d.Gateway != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs := f.gatewayStatus(ctx, d, *x.Gateway, supervised)
+			st.Gateway = &gs
+		}()
+	}
 	wg.Wait()
-	states := make([]deploy.State, len(st.Replicas))
-	for i, r := range st.Replicas {
-		states[i] = r.State
+	states := make([]deploy.State, 0, len(st.Replicas)+1)
+	for _, r := range st.Replicas {
+		states = append(states, r.State)
+	}
+	if st.Gateway != nil {
+		states = append(states, st.Gateway.State)
 	}
 	st.State = deploy.Aggregate(states)
 	if d.State == deploy.StateStopped {
@@ -384,34 +490,44 @@ func (f *Fleet) Status(ctx context.Context, id string) (deploy.Status, error) {
 	return st, nil
 }
 
-func (f *Fleet) replicaStatus(ctx context.Context, d deploy.Deployment, r deploy.Replica, p Process, supervised bool) deploy.ReplicaStatus {
-	rs := deploy.ReplicaStatus{Replica: r, CheckedAt: time.Now().UTC()}
-	running := alive(p.Proc)
+// processState is the state of a supervised process as a status check sees it, with an error for people.
+func processState(d deploy.Deployment, p Process, supervised, running bool) (deploy.State, string) {
+	switch {
+	case d.State == deploy.StateStopped:
+		return deploy.StateStopped, ""
+	case !supervised:
+		return deploy.StateFailed, "the supervisor is not running (resume or stop the deployment)"
+	case !running:
+		if p.LastExit != "" {
+			return deploy.StatePending, "restarting after: " + p.LastExit
+		}
+		return deploy.StatePending, "restarting"
+	}
+	return deploy.StateStarting, ""
+}
+
+func detailOf(p Process, running bool) Detail {
 	det := Detail{Port: p.Port, Threads: p.Threads, MemoryLimit: p.MemoryLimit, Restarts: p.Restarts, LastExit: p.LastExit,
 		LastExitAt: p.LastExitAt, Log: p.Log}
 	if running {
-		rs.Ref = strconv.Itoa(p.PID)
 		det.PID, det.StartedAt = p.PID, p.StartedAt
 		det.RSS, _ = rssBytes(p.PID)
-	} else {
-		rs.Ref = ""
 	}
-	switch {
-	case d.State == deploy.StateStopped:
-		rs.State = deploy.StateStopped
-	case !supervised:
-		rs.State = deploy.StateFailed
-		rs.Error = "the supervisor is not running (resume or stop the deployment)"
-	case !running:
-		rs.State = deploy.StatePending
-		rs.Error = "restarting"
-		if p.LastExit != "" {
-			rs.Error = "restarting after: " + p.LastExit
-		}
-	default:
+	return det
+}
+
+func (f *Fleet) replicaStatus(ctx context.Context, d deploy.Deployment, r deploy.Replica, p Process, supervised bool) deploy.ReplicaStatus {
+	rs := deploy.ReplicaStatus{Replica: r, CheckedAt: time.Now().UTC()}
+	running := alive(p.Proc)
+	det := detailOf(p, running)
+	rs.Ref = ""
+	if running {
+		rs.Ref = strconv.Itoa(p.PID)
+	}
+	rs.State, rs.Error = processState(d, p, supervised, running)
+	if rs.State == deploy.StateStarting {
 		body, err := f.health(ctx, r.URL)
 		if err != nil {
-			rs.State = deploy.StateStarting
 			rs.Error = err.Error()
 		} else {
 			rs.State, rs.Healthy = deploy.StateReady, true
@@ -422,6 +538,24 @@ func (f *Fleet) replicaStatus(ctx context.Context, d deploy.Deployment, r deploy
 	return rs
 }
 
+func (f *Fleet) gatewayStatus(ctx context.Context, d deploy.Deployment, p Process, supervised bool) deploy.GatewayStatus {
+	gs := deploy.GatewayStatus{Gateway: *d.Gateway, CheckedAt: time.Now().UTC()}
+	running := alive(p.Proc)
+	det := detailOf(p, running)
+	gs.State, gs.Error = processState(d, p, supervised, running)
+	if gs.State == deploy.StateStarting {
+		body, err := deploy.ProbeGateway(ctx, f.o.Client, *d.Gateway)
+		if err != nil {
+			gs.Error = err.Error()
+		} else {
+			gs.State, gs.Healthy = deploy.StateReady, true
+			det.Health = body
+		}
+	}
+	gs.Detail, _ = json.Marshal(det)
+	return gs
+}
+
 // health GETs /health and returns its JSON body (bounded) when the answer is 200.
 func (f *Fleet) health(ctx context.Context, base string) (json.RawMessage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
@@ -430,9 +564,9 @@ func (f *Fleet) health(ctx context.Context, base string) (json.RawMessage, error
 	}
 	resp, err := f.o.Client.Do(req)
 	if err != nil {
-		var ue interface{ Unwrap() error }
+		var ue *url.Error
 		if errors.As(err, &ue) {
-			err = ue.Unwrap()
+			err = ue.Err
 		}
 		return nil, fmt.Errorf("health: %w", err)
 	}
@@ -459,11 +593,17 @@ func (f *Fleet) Endpoints(ctx context.Context, id string) ([]deploy.Endpoint, er
 	return d.Endpoints(), nil
 }
 
-// WaitReady polls Status until at least n replicas are ready (n <= 0: all of them), ctx ends, or the
-// deployment fails.
+// crashLoop is how many restarts of one process while WaitReady waits mean it will not come up.
+const crashLoop = 3
+
+// WaitReady polls Status until at least n replicas (n <= 0: all of them) and the gateway, when there is one,
+// are ready. It fails when ctx ends, when the deployment is stopped or its supervisor gone, and when a process
+// keeps exiting (crashLoop restarts while waiting), naming the process, its last exit and its log.
 func (f *Fleet) WaitReady(ctx context.Context, id string, n int) (deploy.Status, error) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	base := map[string]int{}
+	first := true
 	for {
 		st, err := f.Status(ctx, id)
 		if err != nil {
@@ -479,16 +619,74 @@ func (f *Fleet) WaitReady(ctx context.Context, id string, n int) (deploy.Status,
 				ready++
 			}
 		}
+		gatewayUp := st.Gateway == nil || (st.Gateway.Healthy && gatewayRoutes(st.Gateway, want))
 		switch {
-		case ready >= want:
+		case ready >= want && gatewayUp:
 			return st, nil
 		case st.State == deploy.StateStopped || st.State == deploy.StateFailed:
-			return st, fmt.Errorf("local: deployment %s is %s (%d of %d replicas ready)", id, st.State, ready, want)
+			return st, fmt.Errorf("local: deployment %s is %s (%d of %d replicas ready%s)", id, st.State, ready, want, gatewayNote(st))
 		}
+		for _, m := range members(st) {
+			var det Detail
+			if json.Unmarshal(m.detail, &det) != nil {
+				continue
+			}
+			if first {
+				base[m.name] = det.Restarts
+				continue
+			}
+			if !m.healthy && det.Restarts-base[m.name] >= crashLoop {
+				return st, fmt.Errorf("local: deployment %s: %s exited %d times while starting; last: %s (log %s)", id, m.name, det.Restarts-base[m.name], det.LastExit, det.Log)
+			}
+		}
+		first = false
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("local: deployment %s: %d of %d replicas ready: %w", id, ready, want, ctx.Err())
+			return st, fmt.Errorf("local: deployment %s: %d of %d replicas ready%s: %w", id, ready, want, gatewayNote(st), ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// gatewayRoutes reports whether the gateway's last /health (in its status detail) counts at least want live
+// replicas, so that ship's first request is routed at once rather than queued behind the gateway's own first
+// health probes (runtime/gateway's GET /health: {"replicas": N, "replicas_live": M, ...}).
+func gatewayRoutes(g *deploy.GatewayStatus, want int) bool {
+	var det Detail
+	if json.Unmarshal(g.Detail, &det) != nil {
+		return false
+	}
+	var h struct {
+		Live int `json:"replicas_live"`
+	}
+	return json.Unmarshal(det.Health, &h) == nil && h.Live >= want
+}
+
+func gatewayNote(st deploy.Status) string {
+	switch {
+	case st.Gateway == nil:
+		return ""
+	case st.Gateway.Healthy:
+		return ", gateway ready"
+	case st.Gateway.Error != "":
+		return ", gateway not ready: " + st.Gateway.Error
+	}
+	return ", gateway not ready"
+}
+
+type member struct {
+	name    string
+	healthy bool
+	detail  json.RawMessage
+}
+
+func members(st deploy.Status) []member {
+	var out []member
+	for _, r := range st.Replicas {
+		out = append(out, member{name: fmt.Sprintf("replica %d", r.Index), healthy: r.Healthy, detail: r.Detail})
+	}
+	if g := st.Gateway; g != nil {
+		out = append(out, member{name: "gateway", healthy: g.Healthy, detail: g.Detail})
+	}
+	return out
 }

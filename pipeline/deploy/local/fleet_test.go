@@ -291,4 +291,13 @@ func TestDefaultCommand(t *testing.T) {
 	if !slices.Equal(sv[1:], []string{"fleet", "supervise", "--state-dir", "/state", "id-1"}) {
 		t.Fatalf("supervisor argv %q", sv)
 	}
+	// The replicas serve the model under the spec's name (ship --name), like llama-server's --alias.
+	argv, _ = DefaultCommand(deploy.Spec{Model: deploy.ModelRef{ID: "fraud-x"}}, Plan{Host: "127.0.0.1", Port: 1, Threads: 1, Slots: 1, Model: "/m.gguf"})
+	if i := slices.Index(argv, "--alias"); i < 0 || argv[i+1] != "fraud-x" {
+		t.Fatalf("argv without the alias: %q", argv)
+	}
+	gw, _ := DefaultGateway("/state", "id-1", GatewayPlan{Port: 8090, Identity: "abc", APIKeyEnv: "K"})
+	if !slices.Equal(gw[1:], []string{"gateway", "--deployment", "id-1", "--state-dir", "/state", "--listen-fd", "3", "--identity", "abc", "--api-key-env", "K"}) {
+		t.Fatalf("gateway argv %q", gw)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/deploy"
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/enginetest"
+	"github.com/phonellm/phonellm/runtime/gateway"
 )
 
 // The test binary doubles as the replica program and as the supervisor: Options.Command and
@@ -25,6 +27,7 @@ import (
 const (
 	roleReplica    = "phonellm-fake-replica"
 	roleSupervisor = "phonellm-fake-supervisor"
+	roleGateway    = "phonellm-fake-gateway"
 )
 
 func TestMain(m *testing.M) {
@@ -34,6 +37,8 @@ func TestMain(m *testing.M) {
 			os.Exit(fakeReplica(os.Args[2:]))
 		case roleSupervisor:
 			os.Exit(fakeSupervisor(os.Args[2:]))
+		case roleGateway:
+			os.Exit(fakeGateway(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
@@ -54,6 +59,7 @@ func fakeReplica(args []string) int {
 	host := fs.String("host", "", "")
 	ctxLen := fs.Int("ctx", 0, "")
 	keyEnv := fs.String("api-key-env", "", "")
+	alias := fs.String("alias", "tiny", "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -63,7 +69,7 @@ func fakeReplica(args []string) int {
 	}
 	delay, _ := time.ParseDuration(os.Getenv("PHONELLM_FAKE_TOKEN_DELAY"))
 	srv := api.New(api.Options{APIKey: os.Getenv(*keyEnv)})
-	srv.SetEngine(enginetest.NewFake(enginetest.Options{ID: "tiny", Parallel: *parallel, ContextLength: max(*ctxLen, 256), TokenDelay: delay}))
+	srv.SetEngine(enginetest.NewFake(enginetest.Options{ID: *alias, Parallel: *parallel, ContextLength: max(*ctxLen, 256), TokenDelay: delay}))
 	var hoard [][]byte
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/alloc", func(w http.ResponseWriter, r *http.Request) {
@@ -87,14 +93,29 @@ func fakeReplica(args []string) int {
 	return func() int { _ = http.Serve(ln, mux); return 1 }()
 }
 
+// fakeSupervisor is `phonellm fleet supervise` with short intervals; PHONELLM_TEST_BACKOFF overrides the
+// first restart delay (tests that must observe a process while it is down).
 func fakeSupervisor(args []string) int {
 	if len(args) != 2 {
 		return 2
 	}
-	err := Supervise(context.Background(), SuperviseOptions{Store: deploy.NewStore(args[0]), ID: args[1],
+	o := SuperviseOptions{Store: deploy.NewStore(args[0]), ID: args[1],
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		HealthInterval: 50 * time.Millisecond, MemoryInterval: 50 * time.Millisecond,
-		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 3 * time.Second})
+		HealthInterval: 50 * time.Millisecond, HealthTimeout: time.Second, MemoryInterval: 50 * time.Millisecond,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 3 * time.Second}
+	if d, err := time.ParseDuration(os.Getenv("PHONELLM_TEST_BACKOFF")); err == nil {
+		o.BackoffBase, o.BackoffMax = d, d
+	}
+	if v := os.Getenv(ListenFDEnv); v != "" {
+		fd, _ := strconv.Atoi(v)
+		ln, err := InheritedListener(fd)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fake supervisor:", err)
+			return 1
+		}
+		o.Listener = ln
+	}
+	err := Supervise(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake supervisor:", err)
 		return 1
@@ -102,14 +123,82 @@ func fakeSupervisor(args []string) int {
 	return 0
 }
 
-// testFleet returns a Fleet whose replicas and supervisor are this test binary.
+// fakeGateway is `phonellm gateway --deployment ID --state-dir DIR --listen-fd 3 --identity X
+// [--api-key-env K]`: the real runtime/gateway following the deployment's records, on the inherited socket.
+func fakeGateway(args []string) int {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	id := fs.String("deployment", "", "")
+	dir := fs.String("state-dir", "", "")
+	fd := fs.Int("listen-fd", 0, "")
+	ident := fs.String("identity", "", "")
+	keyEnv := fs.String("api-key-env", "", "")
+	if err := fs.Parse(args); err != nil || *id == "" || *dir == "" || *fd != ListenFD || *ident == "" {
+		fmt.Fprintf(os.Stderr, "fake gateway: bad arguments %q\n", args)
+		return 2
+	}
+	ln, err := InheritedListener(*fd)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake gateway:", err)
+		return 1
+	}
+	var keys []string
+	if k := os.Getenv(*keyEnv); k != "" {
+		keys = append(keys, k)
+	}
+	g, err := gateway.New(gateway.Options{APIKeys: keys, HealthInterval: 50 * time.Millisecond,
+		Header: http.Header{deploy.GatewayIdentityHeader: {*ident}}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake gateway:", err)
+		return 1
+	}
+	f, err := New(Options{Store: deploy.NewStore(*dir)})
+	if err != nil {
+		return 1
+	}
+	ctx := context.Background()
+	go g.Follow(ctx, 50*time.Millisecond, func(ctx context.Context) ([]gateway.Replica, error) {
+		eps, err := f.Endpoints(ctx, *id)
+		if err != nil {
+			return nil, err
+		}
+		rs := make([]gateway.Replica, len(eps))
+		for i, e := range eps {
+			rs[i] = gateway.Replica{URL: e.URL, Slots: e.Slots, Name: fmt.Sprintf("replica-%d", e.Replica), APIKey: os.Getenv(e.APIKeyEnv)}
+		}
+		return rs, nil
+	})
+	fmt.Fprintf(os.Stderr, "fake gateway on %s\n", ln.Addr())
+	if err := g.Serve(ctx, ln); err != nil {
+		fmt.Fprintln(os.Stderr, "fake gateway:", err)
+	}
+	return 1
+}
+
+// testFleet returns a Fleet whose replicas, gateway and supervisor are this test binary.
 func testFleet(t *testing.T, dir string) *Fleet {
+	t.Helper()
+	return testFleetPort(t, dir, 0)
+}
+
+// testFleetPort is testFleet with the gateway port Ship uses.
+func testFleetPort(t *testing.T, dir string, gatewayPort int) *Fleet {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(Options{Store: deploy.NewStore(dir), Cores: 6,
+	f, err := New(Options{Store: deploy.NewStore(dir), Cores: 6, GatewayPort: gatewayPort,
+		Gateway: func(dir, id string, g GatewayPlan) ([]string, error) {
+			argv, err := DefaultGateway(dir, id, g)
+			if err != nil {
+				return nil, err
+			}
+			if argv[1] != "gateway" {
+				return nil, fmt.Errorf("default gateway command %v", argv)
+			}
+			argv[0], argv[1] = exe, roleGateway
+			return argv, nil
+		},
 		Command: func(spec deploy.Spec, p Plan) ([]string, error) {
 			argv, err := DefaultCommand(spec, p)
 			if err != nil {
@@ -152,7 +241,7 @@ func deployT(t *testing.T, f *Fleet, spec deploy.Spec) deploy.Deployment {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := f.Stop(context.Background(), d.ID); err != nil {
+		if err := f.Stop(context.Background(), d.ID); err != nil && !errors.Is(err, deploy.ErrNotFound) {
 			t.Errorf("cleanup stop: %v", err)
 		}
 	})

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,37 @@ import (
 // Target is the name of this target in deployment records.
 const Target = "local"
 
+// TargetOptions are the local target's part of a Spec (deploy.Spec.Target, JSON). The zero value runs
+// replicas without a gateway.
+type TargetOptions struct {
+	// Gateway, when set, runs a `phonellm gateway` in front of the replicas, supervised like them.
+	Gateway *GatewayOptions `json:"gateway,omitempty"`
+}
+
+// GatewayOptions configure a deployment's gateway.
+type GatewayOptions struct {
+	// Port on 127.0.0.1; 0 picks a free one. Deploy binds it before anything starts (a port in use fails the
+	// deploy at once, with nothing started) and the supervisor holds the bound socket for the deployment's
+	// life, so a restarted gateway gets the same socket and no other program can take the port meanwhile.
+	Port int `json:"port"`
+}
+
+func decodeTargetOptions(spec deploy.Spec) (TargetOptions, error) {
+	var o TargetOptions
+	if len(spec.Target) == 0 {
+		return o, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(spec.Target))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return o, deploy.SpecErrorf("local: target options: %v", err)
+	}
+	if g := o.Gateway; g != nil && (g.Port < 0 || g.Port > 65535) {
+		return o, deploy.SpecErrorf("local: target options: gateway port %d out of range", g.Port)
+	}
+	return o, nil
+}
+
 // Extra is the local target's part of a deployment record ([deploy.Deployment].Extra).
 type Extra struct {
 	// Supervisor is the `phonellm fleet supervise` process; zero when none runs.
@@ -21,6 +53,8 @@ type Extra struct {
 	Memory string `json:"memory_enforcement,omitempty"`
 	// Replicas holds one record per replica, in index order.
 	Replicas []Process `json:"replicas"`
+	// Gateway is the gateway's process record, when the deployment has one (deploy.Deployment.Gateway).
+	Gateway *Process `json:"gateway,omitempty"`
 }
 
 // Proc identifies a process even after its PID is reused: the start time in clock ticks after boot
@@ -31,7 +65,7 @@ type Proc struct {
 	StartedAt  time.Time `json:"started_at,omitzero"`
 }
 
-// Process is a replica's process record.
+// Process is the record of a supervised process: a replica or the gateway.
 type Process struct {
 	Proc
 	Index   int `json:"index"`
@@ -73,6 +107,12 @@ func decodeExtra(d deploy.Deployment) (Extra, error) {
 		if p.Index != i || d.Replicas[i].Index != i || p.Port < 1 || p.Port > 65535 || len(p.Argv) == 0 {
 			return x, fmt.Errorf("local: deployment %s: replica %d: bad record (index %d, port %d, %d args)", d.ID, i, p.Index, p.Port, len(p.Argv))
 		}
+	}
+	if (x.Gateway == nil) != (d.Gateway == nil) {
+		return x, fmt.Errorf("local: deployment %s: gateway and its process record disagree", d.ID)
+	}
+	if g := x.Gateway; g != nil && (g.Port < 1 || g.Port > 65535 || len(g.Argv) == 0 || d.Gateway.Identity == "") {
+		return x, fmt.Errorf("local: deployment %s: gateway: bad record (port %d, %d args)", d.ID, g.Port, len(g.Argv))
 	}
 	return x, nil
 }

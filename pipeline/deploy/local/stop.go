@@ -12,9 +12,9 @@ import (
 )
 
 // Stop stops a deployment from any process: it asks the supervisor to stop (SIGTERM; SIGKILL after
-// StopTimeout), then, holding the supervisor lock so none can start, kills any replica process still alive
-// (a supervisor that crashed leaves its record behind), records every replica and the deployment as stopped
-// and removes the lock. Logs stay under <state>/local/<id> (Remove deletes them). Stopping a stopped
+// StopTimeout), then, holding the supervisor lock so none can start, kills any replica or gateway process
+// still alive (a supervisor that crashed leaves its record behind), records every process and the deployment
+// as stopped and removes the lock. Logs stay under <state>/local/<id> (Remove deletes them). Stopping a stopped
 // deployment does nothing.
 func (f *Fleet) Stop(ctx context.Context, id string) error {
 	_, x, err := f.load(id)
@@ -45,8 +45,12 @@ func (f *Fleet) Stop(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	procs := append([]Process(nil), x.Replicas...)
+	if x.Gateway != nil {
+		procs = append(procs, *x.Gateway)
+	}
 	var wg sync.WaitGroup
-	for _, p := range x.Replicas {
+	for _, p := range procs {
 		if !alive(p.Proc) {
 			continue
 		}
@@ -68,6 +72,13 @@ func (f *Fleet) Stop(ctx context.Context, id string) error {
 		d.Replicas[i].State, d.Replicas[i].Ref = deploy.StateStopped, ""
 		x.Replicas[i].Proc = Proc{}
 	}
+	if x.Gateway != nil {
+		if alive(x.Gateway.Proc) {
+			return fmt.Errorf("local: stop %s: the gateway (pid %d) survived SIGKILL", id, x.Gateway.PID)
+		}
+		d.Gateway.State = deploy.StateStopped
+		x.Gateway.Proc = Proc{}
+	}
 	x.Supervisor = Proc{}
 	d.State = deploy.StateStopped
 	if err := encodeExtra(&d, x); err != nil {
@@ -83,8 +94,9 @@ func (f *Fleet) Stop(ctx context.Context, id string) error {
 }
 
 // Resume starts a new supervisor for a deployment whose supervisor is gone (it crashed, or the machine
-// rebooted); the new one kills any leftover replica and starts them all. It does nothing when the supervisor
-// runs, and fails for a stopped deployment.
+// rebooted); the new one kills any leftover process and starts them all. The gateway gets its recorded port
+// back when it is free (the supervisor retries with back-off while it is not). Resume does nothing when the
+// supervisor runs, and fails for a stopped deployment.
 func (f *Fleet) Resume(ctx context.Context, id string) error {
 	d, x, err := f.load(id)
 	if err != nil {
@@ -99,7 +111,7 @@ func (f *Fleet) Resume(ctx context.Context, id string) error {
 	if err := keyPresent(d.Spec); err != nil {
 		return err
 	}
-	return f.startSupervisor(ctx, d)
+	return f.startSupervisor(ctx, d, nil)
 }
 
 // Remove stops a deployment and deletes its record, logs and lock.

@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,21 +26,25 @@ import (
 type SuperviseOptions struct {
 	Store *deploy.Store
 	ID    string
-	// Logger receives one line per replica start, exit and state change; nil discards.
+	// Listener is the gateway's bound socket, when the caller has it (Deploy binds it and passes it to the
+	// supervisor as file descriptor 3; see [ListenFDEnv]). Without it the supervisor binds the recorded port
+	// itself when it first starts the gateway (Resume).
+	Listener net.Listener
+	// Logger receives one line per process start, exit and state change; nil discards.
 	Logger *slog.Logger
-	// HealthInterval is the time between /health checks of a replica (default 1 s); HealthTimeout bounds one
+	// HealthInterval is the time between health checks of a process (default 1 s); HealthTimeout bounds one
 	// (default 2 s).
 	HealthInterval, HealthTimeout time.Duration
 	// MemoryInterval is the time between RSS readings of a replica with a memory limit (default 250 ms).
 	MemoryInterval time.Duration
-	// BackoffBase is the first wait before restarting a replica that exited (default 500 ms); it doubles per
+	// BackoffBase is the first wait before restarting a process that exited (default 500 ms); it doubles per
 	// consecutive crash up to BackoffMax (default 30 s), with ±20 % jitter, and falls back to BackoffBase once
-	// a replica ran for StableAfter (default 60 s).
+	// a process ran for StableAfter (default 60 s).
 	BackoffBase, BackoffMax, StableAfter time.Duration
-	// Unresponsive is the number of consecutive failed health checks after which a replica that was ready is
+	// Unresponsive is the number of consecutive failed health checks after which a process that was ready is
 	// killed and restarted (default 30; negative disables).
 	Unresponsive int
-	// StopGrace is how long replicas get to exit after SIGTERM before SIGKILL (default 10 s).
+	// StopGrace is how long processes get to exit after SIGTERM before SIGKILL (default 10 s).
 	StopGrace time.Duration
 }
 
@@ -63,13 +69,14 @@ func (o *SuperviseOptions) defaults() {
 	}
 }
 
-// maxLog is the size at which a replica's log is rotated (to <log>.1) when the replica (re)starts.
+// maxLog is the size at which a process's log is rotated (to <log>.1) when the process (re)starts.
 const maxLog = 8 << 20
 
-// Supervise runs the replicas of a recorded deployment until ctx ends or the process gets SIGTERM/SIGINT
-// (what Stop sends), restarting any that exits, then stops them all and records the deployment as stopped.
-// It is the body of `phonellm fleet supervise`. Only one supervisor runs per deployment (an flock on
-// <state>/local/<id>/supervisor.lock); replica processes left by a supervisor that died are killed first.
+// Supervise runs the processes of a recorded deployment — its replicas and its gateway — until ctx ends or
+// the process gets SIGTERM/SIGINT (what Stop sends), restarting any that exits or stops answering, then stops
+// them all and records the deployment as stopped. It is the body of `phonellm fleet supervise`. Only one
+// supervisor runs per deployment (an flock on <state>/local/<id>/supervisor.lock); processes left by a
+// supervisor that died are killed first.
 func Supervise(ctx context.Context, o SuperviseOptions) error {
 	if err := supported(); err != nil {
 		return err
@@ -107,9 +114,23 @@ func Supervise(ctx context.Context, o SuperviseOptions) error {
 		return err
 	}
 	forbidKey(o.Store, d.Spec)
-	for _, p := range x.Replicas {
-		if alive(p.Proc) {
-			o.Logger.Warn("killing a replica left by an earlier supervisor", "replica", p.Index, "pid", p.PID)
+	s := &supervisor{o: o, d: d, x: x,
+		client: &http.Client{Timeout: o.HealthTimeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	if o.Listener != nil {
+		if x.Gateway == nil || listenerPort(o.Listener) != x.Gateway.Port {
+			return fmt.Errorf("local: supervise %s: the inherited listener %s is not the recorded gateway's", o.ID, o.Listener.Addr())
+		}
+		s.ln = o.Listener
+	}
+	defer func() {
+		if s.ln != nil {
+			s.ln.Close()
+		}
+	}()
+	for i := range s.members() {
+		if p := s.proc(i); alive(p.Proc) {
+			o.Logger.Warn("killing a process left by an earlier supervisor", "process", s.name(i), "pid", p.PID)
 			_ = signalGroup(p.Proc, syscall.SIGKILL)
 		}
 	}
@@ -118,13 +139,10 @@ func Supervise(ctx context.Context, o SuperviseOptions) error {
 		return fmt.Errorf("local: supervise %s: %w", o.ID, err)
 	}
 	self.StartedAt = time.Now().UTC()
-	s := &supervisor{o: o, d: d, x: x,
-		client: &http.Client{Timeout: o.HealthTimeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
 	s.x.Supervisor = self
-	s.d.State = deploy.StateStarting
-	for i := range s.d.Replicas {
-		s.d.Replicas[i].State = deploy.StatePending
-		s.x.Replicas[i].Proc = Proc{}
+	for i := range s.members() {
+		s.setStateRaw(i, deploy.StatePending)
+		s.proc(i).Proc = Proc{}
 	}
 	s.mu.Lock()
 	err = s.saveLocked()
@@ -132,10 +150,10 @@ func Supervise(ctx context.Context, o SuperviseOptions) error {
 	if err != nil {
 		return err
 	}
-	o.Logger.Info("supervising", "deployment", o.ID, "replicas", len(d.Replicas), "pid", self.PID)
+	o.Logger.Info("supervising", "deployment", o.ID, "replicas", len(d.Replicas), "gateway", d.Gateway != nil, "pid", self.PID)
 
 	var wg sync.WaitGroup
-	for i := range s.d.Replicas {
+	for i := range s.members() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -146,9 +164,9 @@ func Supervise(ctx context.Context, o SuperviseOptions) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range s.d.Replicas {
-		s.d.Replicas[i].State, s.d.Replicas[i].Ref = deploy.StateStopped, ""
-		s.x.Replicas[i].Proc = Proc{}
+	for i := range s.members() {
+		s.setStateRaw(i, deploy.StateStopped)
+		s.proc(i).Proc = Proc{}
 	}
 	s.x.Supervisor = Proc{}
 	s.d.State = deploy.StateStopped
@@ -157,23 +175,69 @@ func Supervise(ctx context.Context, o SuperviseOptions) error {
 	return err
 }
 
+// supervisor keeps a deployment's processes running. Members 0..n-1 are the replicas, member n the gateway
+// (when there is one); every member is started, watched and restarted the same way.
 type supervisor struct {
 	o      SuperviseOptions
 	client *http.Client
 
-	mu sync.Mutex
+	// ln is the gateway's socket, held for the deployment's life and inherited by every gateway process.
+	lnMu sync.Mutex
+	ln   net.Listener
+
+	mu sync.Mutex // guards d and x
 	d  deploy.Deployment
 	x  Extra
 }
 
-// saveLocked writes the record; the deployment state follows the replicas' unless it is stopped.
+func (s *supervisor) members() int {
+	n := len(s.d.Replicas)
+	if s.x.Gateway != nil {
+		n++
+	}
+	return n
+}
+
+func (s *supervisor) isGateway(i int) bool { return i == len(s.d.Replicas) }
+
+func (s *supervisor) name(i int) string {
+	if s.isGateway(i) {
+		return "gateway"
+	}
+	return "replica " + strconv.Itoa(i)
+}
+
+// proc is member i's process record (callers hold mu, or run before the members start).
+func (s *supervisor) proc(i int) *Process {
+	if s.isGateway(i) {
+		return s.x.Gateway
+	}
+	return &s.x.Replicas[i]
+}
+
+// setStateRaw sets member i's recorded state and PID reference (callers hold mu or run alone).
+func (s *supervisor) setStateRaw(i int, st deploy.State) {
+	if s.isGateway(i) {
+		s.d.Gateway.State = st
+		return
+	}
+	s.d.Replicas[i].State = st
+	if st == deploy.StatePending || st == deploy.StateStopped {
+		s.d.Replicas[i].Ref = ""
+	}
+}
+
+func (s *supervisor) state(i int) deploy.State {
+	if s.isGateway(i) {
+		return s.d.Gateway.State
+	}
+	return s.d.Replicas[i].State
+}
+
+// saveLocked writes the record; the deployment state follows its members' unless it is stopped.
 func (s *supervisor) saveLocked() error {
 	if s.d.State != deploy.StateStopped {
-		states := make([]deploy.State, len(s.d.Replicas))
-		for i, r := range s.d.Replicas {
-			states[i] = r.State
-		}
-		s.d.State = deploy.Aggregate(states)
+		s.d.State = deploy.Aggregate(memberStates(s.d))
 	}
 	if err := encodeExtra(&s.d, s.x); err != nil {
 		return err
@@ -185,21 +249,33 @@ func (s *supervisor) saveLocked() error {
 	return nil
 }
 
+// memberStates are the states the deployment's own state aggregates: every replica's and the gateway's.
+func memberStates(d deploy.Deployment) []deploy.State {
+	states := make([]deploy.State, 0, len(d.Replicas)+1)
+	for _, r := range d.Replicas {
+		states = append(states, r.State)
+	}
+	if d.Gateway != nil {
+		states = append(states, d.Gateway.State)
+	}
+	return states
+}
+
 func (s *supervisor) setState(i int, st deploy.State) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.d.Replicas[i].State == st {
+	if s.state(i) == st {
 		return
 	}
-	s.d.Replicas[i].State = st
-	s.o.Logger.Info("replica state", "replica", i, "state", st)
+	s.setStateRaw(i, st)
+	s.o.Logger.Info("state", "process", s.name(i), "state", st)
 	_ = s.saveLocked()
 }
 
-// run keeps replica i running until ctx ends.
+// run keeps member i running until ctx ends.
 func (s *supervisor) run(ctx context.Context, i int) {
 	// PR_SET_PDEATHSIG fires when the thread that forked the child exits, not the process: keep this
-	// goroutine on one thread for the replica's lifetime so the Go scheduler cannot retire that thread.
+	// goroutine on one thread for the child's lifetime so the Go scheduler cannot retire that thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	backoff := s.o.BackoffBase
@@ -213,12 +289,12 @@ func (s *supervisor) run(ctx context.Context, i int) {
 			backoff = s.o.BackoffBase
 		}
 		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
-		s.o.Logger.Warn("replica exited", "replica", i, "reason", why, "restart_in", wait.Round(time.Millisecond))
+		s.o.Logger.Warn("process exited", "process", s.name(i), "reason", why, "restart_in", wait.Round(time.Millisecond))
 		s.mu.Lock()
-		p := &s.x.Replicas[i]
+		p := s.proc(i)
 		p.Proc, p.LastExit, p.LastExitAt = Proc{}, why, time.Now().UTC()
 		p.Restarts++
-		s.d.Replicas[i].State, s.d.Replicas[i].Ref = deploy.StatePending, ""
+		s.setStateRaw(i, deploy.StatePending)
 		_ = s.saveLocked()
 		s.mu.Unlock()
 		t := time.NewTimer(wait)
@@ -232,11 +308,18 @@ func (s *supervisor) run(ctx context.Context, i int) {
 	}
 }
 
-// once starts replica i, watches it (health, memory) and returns why it ended.
+// once starts member i, watches it (health, memory) and returns why it ended.
 func (s *supervisor) once(ctx context.Context, i int) string {
 	s.mu.Lock()
-	p := s.x.Replicas[i]
-	url := s.d.Replicas[i].URL
+	p := *s.proc(i)
+	gw := s.isGateway(i)
+	var url string
+	var ident deploy.Gateway
+	if gw {
+		ident = *s.d.Gateway
+	} else {
+		url = s.d.Replicas[i].URL
+	}
 	s.mu.Unlock()
 
 	argv := p.Argv
@@ -248,6 +331,15 @@ func (s *supervisor) once(ctx context.Context, i int) string {
 			argv, wrapped = append(w, argv...), true
 		}
 	}
+	var files []*os.File
+	if gw {
+		lf, err := s.gatewaySocket(p.Port)
+		if err != nil {
+			return "start: " + err.Error()
+		}
+		defer lf.Close()
+		files = append(files, lf) // file descriptor 3 in the child (ListenFD)
+	}
 	logf, err := openLog(p.Log)
 	if err != nil {
 		return "start: " + err.Error()
@@ -255,7 +347,8 @@ func (s *supervisor) once(ctx context.Context, i int) string {
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "PHONELLM_REPLICA_INDEX="+strconv.Itoa(i))
+	cmd.ExtraFiles = files
+	cmd.Env = childEnv(i, gw)
 	cmd.SysProcAttr = replicaAttr()
 	if err := cmd.Start(); err != nil {
 		return "start: " + err.Error()
@@ -269,16 +362,26 @@ func (s *supervisor) once(ctx context.Context, i int) string {
 	proc.StartedAt = time.Now().UTC()
 	if asLimit > 0 && !wrapped {
 		if err := limitAfterStart(proc.PID, asLimit); err != nil {
-			s.o.Logger.Warn("could not limit the replica's address space", "replica", i, "error", err)
+			s.o.Logger.Warn("could not limit the replica's address space", "process", s.name(i), "error", err)
 		}
 	}
 	s.mu.Lock()
-	s.x.Replicas[i].Proc = proc
-	s.d.Replicas[i].State, s.d.Replicas[i].Ref = deploy.StateStarting, strconv.Itoa(proc.PID)
+	s.proc(i).Proc = proc
+	s.setStateRaw(i, deploy.StateStarting)
+	if !gw {
+		s.d.Replicas[i].Ref = strconv.Itoa(proc.PID)
+	}
 	_ = s.saveLocked()
 	s.mu.Unlock()
-	s.o.Logger.Info("replica started", "replica", i, "pid", proc.PID, "port", p.Port)
+	s.o.Logger.Info("process started", "process", s.name(i), "pid", proc.PID, "port", p.Port)
 
+	healthy := func() bool {
+		if gw {
+			_, err := deploy.ProbeGateway(ctx, s.client, ident)
+			return err == nil
+		}
+		return s.check(ctx, url)
+	}
 	health := time.NewTicker(s.o.HealthInterval)
 	defer health.Stop()
 	var memory <-chan time.Time
@@ -313,7 +416,7 @@ func (s *supervisor) once(ctx context.Context, i int) string {
 			if reason != "" {
 				continue
 			}
-			if s.check(ctx, url) {
+			if healthy() {
 				fails = 0
 				if !ready {
 					ready = true
@@ -334,7 +437,37 @@ func (s *supervisor) once(ctx context.Context, i int) string {
 	}
 }
 
-// terminate stops a replica: SIGTERM to its group, SIGKILL after StopGrace.
+// gatewaySocket returns a duplicate of the gateway's listening socket for a child, binding the recorded port
+// the first time when no socket was inherited (a resumed deployment).
+func (s *supervisor) gatewaySocket(port int) (*os.File, error) {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	if s.ln == nil {
+		ln, err := listenGateway(port)
+		if err != nil {
+			return nil, err
+		}
+		s.ln = ln
+	}
+	return listenerFile(s.ln)
+}
+
+// childEnv is a child's environment: this process's, without the listener hand-over variable, plus the
+// replica index for replicas.
+func childEnv(i int, gateway bool) []string {
+	env := make([]string, 0, len(os.Environ())+1)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, ListenFDEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	if !gateway {
+		env = append(env, "PHONELLM_REPLICA_INDEX="+strconv.Itoa(i))
+	}
+	return env
+}
+
+// terminate stops a process: SIGTERM to its group, SIGKILL after StopGrace.
 func (s *supervisor) terminate(p Proc, exited <-chan error) {
 	_ = signalGroup(p, syscall.SIGTERM)
 	t := time.NewTimer(s.o.StopGrace)
@@ -362,7 +495,7 @@ func (s *supervisor) check(ctx context.Context, url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// openLog opens a replica's log for appending, first rotating it to <path>.1 when it exceeds maxLog.
+// openLog opens a process's log for appending, first rotating it to <path>.1 when it exceeds maxLog.
 func openLog(path string) (*os.File, error) {
 	if st, err := os.Stat(path); err == nil && st.Size() > maxLog {
 		if err := os.Rename(path, path+".1"); err != nil {
