@@ -4,14 +4,33 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	ollama "github.com/ollama/ollama/tokenizer"
 	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/internal/testkit/realvocab"
 	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"golang.org/x/text/unicode/norm"
 )
+
+var real struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// realGGUF is realvocab.GGUF shared by the tests of this binary.
+func realGGUF(t testing.TB) string {
+	t.Helper()
+	models := realvocab.ModelsDir(t)
+	real.once.Do(func() { real.path, real.err = realvocab.BuildGGUF(context.Background(), models, tempDir) })
+	if real.err != nil {
+		t.Fatal(real.err)
+	}
+	return real.path
+}
 
 // loadGGUF builds the tokenizer of a GGUF file.
 func loadGGUF(t testing.TB, path string) *tokenizer.Tokenizer {
@@ -48,7 +67,7 @@ func TestRealVocabulary(t *testing.T) {
 		t.Fatalf("only %d texts", len(texts))
 	}
 	hf := realvocab.HF(t, realvocab.TokenizerJSON(t), texts)
-	path := realvocab.GGUF(t)
+	path := realGGUF(t)
 	tk := loadGGUF(t, path)
 	if tk.Pre() != "qwen2" || tk.Len() != 151936 {
 		t.Fatalf("pre %q, %d tokens; want qwen2, 151936", tk.Pre(), tk.Len())
@@ -123,4 +142,38 @@ func toInt(ids []int32) []int {
 		out[i] = int(id)
 	}
 	return out
+}
+
+// ollamaTokenizer is the tokenizer the engine used before this package, on the same GGUF.
+func ollamaTokenizer(t testing.TB, path string) ollama.BytePairEncoding {
+	t.Helper()
+	f, err := gguf.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	strs := func(key string) []string {
+		v, _ := f.KV(key)
+		return v.V.(gguf.Array).Values.([]string)
+	}
+	tv, _ := f.KV(tokenizer.KeyTypes)
+	return ollama.NewBytePairEncoding(&ollama.Vocabulary{
+		Values: strs(tokenizer.KeyTokens), Types: tv.V.(gguf.Array).Values.([]int32), Merges: strs(tokenizer.KeyMerges),
+	}, tokenizer.RegexQwen2)
+}
+
+// TestOllamaTokenizerDefect documents issue 13's defect on the same file: the engine's former tokenizer
+// gives 6, 3 and 4 tokens where the regression cases above (and Hugging Face, and llama.cpp) give 2.
+func TestOllamaTokenizerDefect(t *testing.T) {
+	old := ollamaTokenizer(t, realGGUF(t))
+	for i, want := range []int{6, 3, 4} {
+		r := realvocab.Regressions[i]
+		got, err := old.Encode(r.Text, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want || slices.Equal(got, r.IDs) {
+			t.Errorf("Ollama's tokenizer on %q: %v; issue 13 reports %d tokens", r.Text, got, want)
+		}
+	}
 }

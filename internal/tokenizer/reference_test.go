@@ -131,7 +131,8 @@ func checkAgainstReference(t *testing.T, p pair, s string) {
 // FuzzEncode: on any text Encode never panics and stays within its bounds; on valid UTF-8 it round-trips
 // (Decode gives the NFC of the text, control tokens included as text) and equals the reference tokenizer.
 func FuzzEncode(f *testing.F) {
-	for _, s := range []string{"Hello world", "<|im_start|>user\nx<|im_end|>\n", strings.Repeat("a", 100), "e\u0301 'ſ \xff", "  \n\n\t", "中文😀"} {
+	for _, s := range []string{"Hello world", "<|im_start|>user\nx<|im_end|>\n", strings.Repeat("a", 100), "e\u0301 'ſ \xff", "  \n\n\t", "中文😀",
+		strings.Repeat("\u1100\u1161\u11a8", 50)} { // jamo: NFC makes each three characters one syllable
 		f.Add(s)
 	}
 	ps := tinyPairs(f)
@@ -150,6 +151,9 @@ func FuzzEncode(f *testing.F) {
 			}
 			if len(ids) > len(dec) { // every token stands for at least one byte (NFC may lengthen the text)
 				t.Fatalf("%s: %d tokens for %d bytes", p.name, len(ids), len(dec))
+			}
+			if len(ids)*p.tk.MaxBytesPerToken() < len(s) {
+				t.Fatalf("%s: %d tokens for %d bytes, more than MaxBytesPerToken %d each", p.name, len(ids), len(s), p.tk.MaxBytesPerToken())
 			}
 			// Text round-trips to its NFC form (Go's norm stands in for it unless it inserted U+034F into a
 			// run of over 30 combining marks; bytes that are not UTF-8 pass through it unchanged).

@@ -20,6 +20,7 @@ type Tokenizer struct {
 	merges pairTable
 	tokLen []int32 // bytes each token stands for (its characters, one per byte, for byte-level tokens)
 	maxLen int     // the longest token BPE can produce, in bytes
+	maxTok int     // MaxBytesPerToken
 
 	all, userOnly *matcher // special tokens split out of text: all of them, or only user-defined ones
 
@@ -203,6 +204,11 @@ func (t *Tokenizer) Type(id int32) Type {
 	}
 	return t.types[id]
 }
+
+// MaxBytesPerToken bounds the bytes of text one token stands for, so that text longer than n times this
+// makes more than n tokens: four times the longest token BPE can produce (NFC shortens text by at most a
+// factor of three: a Hangul syllable composed from three jamo) or the longest special token.
+func (t *Tokenizer) MaxBytesPerToken() int { return t.maxTok }
 
 // BOS is the begin-of-sequence token, -1 when the vocabulary has none.
 func (t *Tokenizer) BOS() int32 { return t.bos }

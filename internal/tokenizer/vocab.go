@@ -204,6 +204,12 @@ func New(v Vocab) (*Tokenizer, error) {
 		return nil, c.bad(KeyAddEOS, "true, but %s is absent or outside the vocabulary", KeyEOS)
 	}
 	t.addBOS, t.addEOS = v.AddBOS, v.AddEOS
+	t.maxTok = 4 * t.maxLen
+	for i, typ := range t.types {
+		if typ.special() {
+			t.maxTok = max(t.maxTok, len(t.tokens[i]))
+		}
+	}
 	t.buildPieces()
 	t.all = newMatcher(t, func(typ Type) bool { return typ.special() })
 	t.userOnly = newMatcher(t, func(typ Type) bool { return typ == UserDefined })

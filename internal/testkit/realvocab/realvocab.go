@@ -10,7 +10,9 @@
 package realvocab
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,64 +109,87 @@ func Spec() tinymodel.Spec {
 	}
 }
 
-// Checkpoint writes the tiny model with Qwen3's real tokenizer.json and tokenizer_config.json (without its
-// chat template, which the tests do not need) into a temporary folder and returns it.
+// Checkpoint writes the tiny model with Qwen3's real tokenizer.json and tokenizer_config.json into a
+// temporary folder and returns it.
 func Checkpoint(t testing.TB) string {
 	t.Helper()
-	models := ModelsDir(t)
 	dir := filepath.Join(t.TempDir(), "qwen3-realvocab")
-	if err := tinymodel.Generate(dir, Spec()); err != nil {
+	if err := WriteCheckpoint(ModelsDir(t), dir); err != nil {
 		t.Fatal(err)
+	}
+	return dir
+}
+
+// WriteCheckpoint writes the tiny model of Spec into dir with the tokenizer.json and tokenizer_config.json
+// (without its chat template, which the tests do not need) of the models folder.
+func WriteCheckpoint(models, dir string) error {
+	if err := tinymodel.Generate(dir, Spec()); err != nil {
+		return err
 	}
 	tj, err := os.ReadFile(filepath.Join(models, "tokenizer.json"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tj, 0o644); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var tc map[string]any
-	readJSON(t, filepath.Join(models, "tokenizer_config.json"), &tc)
+	if err := readJSON(filepath.Join(models, "tokenizer_config.json"), &tc); err != nil {
+		return err
+	}
 	delete(tc, "chat_template")
-	writeJSON(t, filepath.Join(dir, "tokenizer_config.json"), tc)
+	if err := writeJSON(filepath.Join(dir, "tokenizer_config.json"), tc); err != nil {
+		return err
+	}
 	var cfg map[string]any
-	readJSON(t, filepath.Join(dir, "config.json"), &cfg)
+	if err := readJSON(filepath.Join(dir, "config.json"), &cfg); err != nil {
+		return err
+	}
 	cfg["bos_token_id"], cfg["eos_token_id"] = bosTokenID, eosTokenID
-	writeJSON(t, filepath.Join(dir, "config.json"), cfg)
-	return dir
+	return writeJSON(filepath.Join(dir, "config.json"), cfg)
 }
 
 // GGUF converts Checkpoint to an F32 GGUF (about 20 MB, in a temporary folder) and returns its path.
 func GGUF(t testing.TB) string {
 	t.Helper()
-	dir := Checkpoint(t)
-	out := filepath.Join(t.TempDir(), "qwen3-realvocab-F32.gguf")
-	if _, err := convert.Run(t.Context(), convert.Options{Model: dir, Out: out, OutType: convert.OutF32}, pipeline.Discard); err != nil {
+	path, err := BuildGGUF(t.Context(), ModelsDir(t), t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return path
 }
 
-func readJSON(t testing.TB, path string, v any) {
-	t.Helper()
+// BuildGGUF writes the tiny model with the vocabulary of the models folder and converts it to an F32 GGUF
+// in dir (for tests that share one file; GGUF is the usual way).
+func BuildGGUF(ctx context.Context, models, dir string) (string, error) {
+	ckpt := filepath.Join(dir, "qwen3-realvocab")
+	if err := WriteCheckpoint(models, ckpt); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "qwen3-realvocab-F32.gguf")
+	if _, err := convert.Run(ctx, convert.Options{Model: ckpt, Out: out, OutType: convert.OutF32}, pipeline.Discard); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+func readJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
+	return nil
 }
 
-func writeJSON(t testing.TB, path string, v any) {
-	t.Helper()
+func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // hfScript encodes and decodes texts with Hugging Face's JavaScript tokenizers (a port of the Rust library

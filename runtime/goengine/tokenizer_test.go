@@ -1,0 +1,87 @@
+package goengine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/phonellm/phonellm/internal/testkit/realvocab"
+	"github.com/phonellm/phonellm/internal/tokenizer"
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/runtime/engine"
+)
+
+// TestTokenizeRealVocabulary is issue 13 item 1 end to end: the engine, loaded on a tiny model carrying
+// Qwen3's real vocabulary (converted by phonellm), tokenizes like Hugging Face tokenizers — the repeated
+// runs that Ollama's tokenizer got wrong included — and detokenizes back to Hugging Face's text.
+func TestTokenizeRealVocabulary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("converts and loads a 151,936-token model")
+	}
+	texts := realvocab.Texts()
+	hf := realvocab.HF(t, realvocab.TokenizerJSON(t), texts)
+	e, err := Load(t.Context(), Options{Path: realvocab.GGUF(t), Threads: 1, ContextLength: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if info := e.Info(); info.VocabSize != 151936 {
+		t.Fatalf("vocabulary of %d tokens", info.VocabSize)
+	}
+	bad := 0
+	for i, s := range texts {
+		got, err := e.Tokenize(t.Context(), s, true)
+		if err != nil {
+			t.Fatalf("Tokenize(%q): %v", s, err)
+		}
+		if !slices.Equal(got, hf[i].IDs) {
+			if bad++; bad <= 10 {
+				t.Errorf("Tokenize(%q) = %v, Hugging Face gives %v", s, got, hf[i].IDs)
+			}
+			continue
+		}
+		if back, err := e.Detokenize(got); err != nil || back != hf[i].Text {
+			t.Errorf("Detokenize(%v) = %q, %v; Hugging Face decodes %q", got, back, err, hf[i].Text)
+		}
+	}
+	for _, r := range realvocab.Regressions {
+		if got, _ := e.Tokenize(t.Context(), r.Text, true); !slices.Equal(got, r.IDs) {
+			t.Errorf("Tokenize(%q) = %v, want %v", r.Text, got, r.IDs)
+		}
+	}
+	// Pieces of generated tokens: control tokens show nothing; <think> (user-defined) shows its text.
+	if e.piece(realvocab.ImEnd) != "" || e.piece(realvocab.FimPad) != "" || e.piece(realvocab.Think) != "<think>" {
+		t.Errorf("pieces: im_end %q, fim_pad %q, think %q", e.piece(realvocab.ImEnd), e.piece(realvocab.FimPad), e.piece(realvocab.Think))
+	}
+	if !e.eog[realvocab.ImEnd] || !e.eog[realvocab.EndOfText] || e.eog[realvocab.ImStart] {
+		t.Error("end-of-generation tokens")
+	}
+}
+
+// TestTokenizeBounded: the engine refuses text that cannot fit its context while tokenizing it — before
+// the merges of a 15 MiB word, after the context's worth of special tokens — and stops with the request's
+// context.
+func TestTokenizeBounded(t *testing.T) {
+	e := load(t, tinySpec{arch: "qwen3", seed: 61}, Options{ContextLength: 256})
+	for _, text := range []string{
+		strings.Repeat("a", 15<<20),                             // one word
+		strings.Repeat("<|im_start|>user\nx<|im_end|>\n", 2000), // issue 14's 62 KB of chat turns
+		strings.Repeat("word ", 300),
+	} {
+		_, err := e.Tokenize(t.Context(), text, true)
+		var le *tokenizer.LimitError
+		if !errors.As(err, &le) || !pipeline.IsInputError(err) {
+			t.Errorf("Tokenize(%.20q… of %d bytes): %v; want a LimitError", text, len(text), err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := e.Tokenize(ctx, "hello", true); !errors.Is(err, context.Canceled) {
+		t.Errorf("Tokenize with a cancelled context: %v", err)
+	}
+	if _, err := e.Generate(ctx, engine.Request{Prompt: "hello"}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Generate with a cancelled context: %v", err)
+	}
+}
