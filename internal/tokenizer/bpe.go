@@ -214,11 +214,18 @@ func prevSet(b []uint64, i int) int {
 	}
 }
 
-// mergeQueue is a binary min-heap of rank<<32 | position: the least rank first, then the leftmost position.
+// mergeQueue is a 4-ary min-heap of rank<<32 | position: the least rank first, then the leftmost position.
+// Four children per node halve the depth of a binary heap and put siblings in one cache line, which is what
+// a queue of millions of entries (a long word) is bound by.
 type mergeQueue struct{ h []uint64 }
 
+const arity = 4
+
 func (q *mergeQueue) init() {
-	for i := len(q.h)/2 - 1; i >= 0; i-- {
+	if len(q.h) < 2 {
+		return
+	}
+	for i := (len(q.h) - 2) / arity; i >= 0; i-- {
 		q.down(i)
 	}
 }
@@ -227,7 +234,7 @@ func (q *mergeQueue) push(e uint64) {
 	q.h = append(q.h, e)
 	i := len(q.h) - 1
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / arity
 		if q.h[p] <= e {
 			break
 		}
@@ -250,19 +257,23 @@ func (q *mergeQueue) pop() uint64 {
 
 func (q *mergeQueue) down(i int) {
 	h := q.h
+	n := len(h)
 	e := h[i]
 	for {
-		c := 2*i + 1
-		if c >= len(h) {
+		first := arity*i + 1
+		if first >= n {
 			break
 		}
-		if c+1 < len(h) && h[c+1] < h[c] {
-			c++
+		c, m := first, h[first]
+		for k := first + 1; k < min(first+arity, n); k++ {
+			if h[k] < m {
+				c, m = k, h[k]
+			}
 		}
-		if e <= h[c] {
+		if e <= m {
 			break
 		}
-		h[i] = h[c]
+		h[i] = m
 		i = c
 	}
 	h[i] = e

@@ -113,3 +113,32 @@ var notNFC = []string{
 	"Z" + strings.Repeat("\u0301\u0316\u0300\u0317", 10) + "algo", // 40 combining marks in non-canonical order
 	"ẛ̣ ḍ̇ ḍ̇",
 }
+
+// FraudReview is a fraud-review prompt in Qwen's chat format with the given number of cases: the shape of
+// the motivating workload (about 7,000 prompt tokens in, one line "RISK_LEVEL: n" out). Each case is a
+// transaction record with free-text notes, in English with some names, addresses and amounts in other
+// scripts and formats.
+func FraudReview(cases int) string {
+	var b strings.Builder
+	b.WriteString("<|im_start|>system\nYou are a fraud analyst for an online marketplace. Read the case file and " +
+		"answer with one line, RISK_LEVEL: 1 (no concern) to RISK_LEVEL: 5 (block the order). Consider the " +
+		"payment, the device, the shipping address and the history. Do not explain.<|im_end|>\n" +
+		"<|im_start|>user\n# Case file\n\n")
+	names := []string{"Anna Müller", "José Álvarez", "李伟", "Олег Петров", "Fatima Zahra", "O'Connor, Seán", "山田 太郎"}
+	cities := []string{"München, DE", "São Paulo, BR", "上海市, CN", "Москва, RU", "Casablanca, MA", "Dublin, IE", "東京都, JP"}
+	for i := range cases {
+		n, c := names[i%len(names)], cities[(i*3)%len(cities)]
+		fmt.Fprintf(&b, "## Transaction %d\n\n", 100231+i*17)
+		fmt.Fprintf(&b, "```json\n{\"order_id\": \"ORD-%06d\", \"amount\": %d.%02d, \"currency\": \"EUR\", \"card\": \"**** **** **** %04d\", "+
+			"\"bin_country\": \"%s\", \"ip\": \"203.0.%d.%d\", \"device_age_days\": %d, \"items\": %d}\n```\n\n",
+			40000+i*7, 19+i*37%2400, i*13%100, 1000+i*97%9000, []string{"DE", "US", "NG", "BR", "CN"}[i%5], i%256, (i*7)%256, i%30, 1+i%6)
+		fmt.Fprintf(&b, "- Customer: %s, account opened %d days ago, %d previous orders (%d disputed).\n", n, 12+i*5%900, i%40, i%3)
+		fmt.Fprintf(&b, "- Shipping to %s; billing address %s.\n", c, []string{"matches", "differs (different country)", "differs (same city)"}[i%3])
+		b.WriteString("- Notes: the customer changed the e-mail address twice this week; support ticket says \"I didn't " +
+			"receive the code — please resend!!!\". Velocity: 3 attempts in 10 minutes, last one approved.\n")
+		b.WriteString("- Signals: ----------------------------------------\n    proxy=false  vpn=true   emulator=false\n" +
+			"    3ds=challenge_passed   avs=partial\n\n")
+	}
+	b.WriteString("What is the risk level?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+	return b.String()
+}
