@@ -31,13 +31,20 @@ type scratch struct {
 
 // bpe appends the tokens of word w (non-empty) to out.
 func (t *Tokenizer) bpe(ctx context.Context, w string, sc *scratch, out []int32) ([]int32, error) {
-	if len(w) == 1 {
-		return append(out, t.byteID[w[0]]), nil
+	start := len(out)
+	var err error
+	switch {
+	case len(w) == 1:
+		out = append(out, t.byteID[w[0]])
+	case len(w) <= smallWord:
+		out = t.bpeSmall(w, sc, out)
+	default:
+		out, err = t.bpeLarge(ctx, w, sc, out)
 	}
-	if len(w) <= smallWord {
-		return t.bpeSmall(w, sc, out), nil
+	if t.missingBytes {
+		out = out[:start+len(slices.DeleteFunc(out[start:], func(id int32) bool { return id == t.noSymbol }))]
 	}
-	return t.bpeLarge(ctx, w, sc, out)
+	return out, err
 }
 
 func (t *Tokenizer) bpeSmall(w string, sc *scratch, out []int32) []int32 {

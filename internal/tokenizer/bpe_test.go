@@ -170,3 +170,32 @@ func TestPrevSet(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingByteSymbols: a byte without a token stops merges across it and makes no token, as in
+// llama.cpp (which keeps its byte-level character as an unmergeable symbol and drops it at the end).
+func TestMissingByteSymbols(t *testing.T) {
+	v := synthVocab([][2]string{{"a", "b"}, {"b", "a"}}, nil, nil)
+	for i, s := range v.Tokens {
+		if s == "X" || s == bl("\x00") {
+			v.Tokens[i] = "unused-" + s
+		}
+	}
+	tk := mustNew(t, v)
+	ab, ba, a, b := tk.tokenID("ab"), tk.tokenID("ba"), tk.tokenID("a"), tk.tokenID("b")
+	for _, c := range []struct {
+		in   string
+		want []int32
+	}{
+		{"ab", []int32{ab}},
+		{"aXb", []int32{a, b}},
+		{"X", nil},
+		{"abXba", []int32{ab, ba}},
+		{"a\x00b", []int32{a, b}},
+		{strings.Repeat("aXb", 40), append(append([]int32{a}, slices.Repeat([]int32{ba}, 39)...), b)}, // the queue path
+	} {
+		got, err := tk.Encode(context.Background(), c.in, Options{})
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("Encode(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+}

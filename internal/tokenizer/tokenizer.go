@@ -16,7 +16,11 @@ type Tokenizer struct {
 	tokens []string
 	types  []Type // effective types (forcedControl applied)
 
-	byteID [256]int32 // the token of each single byte
+	byteID [256]int32 // the token of each single byte, or noSymbol
+	// noSymbol (= Len()) stands for a byte the vocabulary has no token for: it never merges and makes no
+	// token; missingBytes says whether there is any.
+	noSymbol     int32
+	missingBytes bool
 	merges pairTable
 	tokLen []int32 // bytes each token stands for (its characters, one per byte, for byte-level tokens)
 	maxLen int     // the longest token BPE can produce, in bytes

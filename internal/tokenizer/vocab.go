@@ -119,8 +119,8 @@ func (c checker) unsupported(key, format string, a ...any) error {
 
 // New checks v and builds its tokenizer. Every refusal is an *Error naming the key: an unsupported model or
 // pre-tokenizer; a vocabulary that is empty, too large, has empty, oversized, non-UTF-8 or duplicate tokens,
-// a token_type array of another length or with unknown values, lacks one of the 256 byte symbols, or whose
-// merges are malformed, repeated or name tokens it does not have.
+// a token_type array of another length or with unknown values, or merges that are malformed, repeated or
+// name tokens it does not have.
 func New(v Vocab) (*Tokenizer, error) {
 	c := checker{file: v.File}
 	if v.Model != modelGPT2 {
@@ -186,10 +186,14 @@ func New(v Vocab) (*Tokenizer, error) {
 		}
 		ids[s] = int32(i)
 	}
+	// A byte without a token (no real vocabulary lacks one) becomes a symbol of its own that no merge joins
+	// and that makes no token, as in llama.cpp, whose BPE starts from the byte-level characters and drops
+	// those that are not tokens at the end. (Hugging Face drops them first, letting their neighbours merge.)
+	t.noSymbol = int32(n)
 	for b := range bytesSymbols {
 		id, ok := ids[string(bytelevel.Rune[b])]
 		if !ok {
-			return nil, c.bad(KeyTokens, "no token for byte %#02x (%q): a byte-level vocabulary needs all 256", b, bytelevel.Rune[b])
+			id, t.missingBytes = t.noSymbol, true
 		}
 		t.byteID[b] = id
 	}
@@ -225,10 +229,11 @@ func (typ Type) special() bool { return typ == Control || typ == UserDefined || 
 // (Hugging Face keeps the last of two equal pairs, llama.cpp the first: a vocabulary with both is refused).
 func (t *Tokenizer) buildMerges(c checker, merges []string, ids map[string]int32) error {
 	t.merges = newPairTable(len(merges))
-	t.tokLen = make([]int32, len(t.tokens))
+	t.tokLen = make([]int32, len(t.tokens)+1) // + noSymbol, one byte
 	for i, s := range t.tokens {
 		t.tokLen[i] = int32(utf8.RuneCountInString(s))
 	}
+	t.tokLen[len(t.tokens)] = 1
 	t.maxLen = 1
 	for rank, m := range merges {
 		sp := strings.IndexByte(m[min(1, len(m)):], ' ')
