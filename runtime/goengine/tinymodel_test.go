@@ -60,6 +60,8 @@ type tinySpec struct {
 	// Dimensions; zero means the tiny defaults (64 wide, 4 heads of 16).
 	embd, heads, kvHeads, headDim, ff int
 	seed                              uint64
+	// vocab, when set, edits the vocabulary before it is written (hostile files).
+	vocab func(tokens []string, types []int32, merges []string) ([]string, []int32, []string)
 }
 
 // writeTinyGGUF writes a random-weight model of spec to dir and returns its
@@ -86,6 +88,9 @@ func writeTinyGGUF(t testing.TB, dir string, spec tinySpec) string {
 	}
 	tokens, types, merges := tinyVocab()
 	vocab := len(tokens)
+	if spec.vocab != nil {
+		tokens, types, merges = spec.vocab(tokens, types, merges)
+	}
 	eos := uint32(vocab - 3) // <|im_end|>
 	kv := ggml.KV{
 		"general.architecture":             spec.arch,

@@ -85,3 +85,40 @@ func TestTokenizeBounded(t *testing.T) {
 		t.Errorf("Generate with a cancelled context: %v", err)
 	}
 }
+
+// TestLoadRefusesHostileVocabulary: a GGUF from a stranger whose vocabulary is malformed is refused at
+// load, before any weights, with an input error naming the key (issue 14: an all-empty vocabulary took
+// 2.5 GB on the first request).
+func TestLoadRefusesHostileVocabulary(t *testing.T) {
+	for name, c := range map[string]struct {
+		key  string
+		edit func(tokens []string, types []int32, merges []string) ([]string, []int32, []string)
+	}{
+		"all empty": {tokenizer.KeyTokens, func(tokens []string, types []int32, merges []string) ([]string, []int32, []string) {
+			return make([]string, len(tokens)), types, merges
+		}},
+		"duplicate": {tokenizer.KeyTokens, func(tokens []string, types []int32, merges []string) ([]string, []int32, []string) {
+			tokens[len(tokens)-1] = tokens[5]
+			return tokens, types, merges
+		}},
+		"unknown merge": {tokenizer.KeyMerges, func(tokens []string, types []int32, merges []string) ([]string, []int32, []string) {
+			return tokens, types, append(merges, "zz yy")
+		}},
+		"type count": {tokenizer.KeyTypes, func(tokens []string, types []int32, merges []string) ([]string, []int32, []string) {
+			return tokens, types[:10], merges
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := writeTinyGGUF(t, t.TempDir(), tinySpec{arch: "qwen3", seed: 71, vocab: c.edit})
+			e, err := Load(t.Context(), Options{Path: path, Threads: 1})
+			if err == nil {
+				e.Close()
+				t.Fatal("loaded")
+			}
+			var te *tokenizer.Error
+			if !errors.As(err, &te) || te.Key != c.key || !pipeline.IsInputError(err) || strings.Count(err.Error(), "\n") > 0 {
+				t.Fatalf("Load: %v; want one line, an input error on %s", err, c.key)
+			}
+		})
+	}
+}
