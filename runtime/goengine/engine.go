@@ -365,15 +365,21 @@ func (e *Engine) tokenText(ids []int32) string {
 // Info implements engine.Engine.
 func (e *Engine) Info() engine.ModelInfo { return e.info }
 
-// Tokenize implements engine.Engine. Special tokens in the text are parsed. A text that cannot fit the
-// context (more than its length in tokens, or more bytes than that many tokens can hold) is refused with
-// a *tokenizer.LimitError as soon as that is known, without tokenizing the rest.
+// tokenizeSlack is how many contexts' worth of text Tokenize tokenizes in full: a prompt somewhat longer
+// than the context gets its exact length (for OpenAI's context_length_exceeded message), while the work a
+// request can cause stays a small multiple of what the context can hold.
+const tokenizeSlack = 4
+
+// Tokenize implements engine.Engine. Special tokens in the text are parsed. Text that makes more than
+// tokenizeSlack contexts of tokens is refused with a *tokenizer.LimitError as soon as that is known —
+// before tokenizing at all when its length in bytes shows it — and tokenization stops with ctx.
 func (e *Engine) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
+	limit := tokenizeSlack * e.numCtx
 	ids, err := e.tk.Encode(ctx, text, tokenizer.Options{
 		AddSpecial:    addSpecial,
 		ParseSpecial:  true,
-		MaxTokens:     e.numCtx,
-		MaxInputBytes: e.numCtx * e.tk.MaxBytesPerToken(),
+		MaxTokens:     limit,
+		MaxInputBytes: limit * e.tk.MaxBytesPerToken(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("goengine: tokenize: %w", err)

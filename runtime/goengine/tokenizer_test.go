@@ -60,21 +60,24 @@ func TestTokenizeRealVocabulary(t *testing.T) {
 	}
 }
 
-// TestTokenizeBounded: the engine refuses text that cannot fit its context while tokenizing it — before
-// the merges of a 15 MiB word, after the context's worth of special tokens — and stops with the request's
-// context.
+// TestTokenizeBounded: the engine refuses text far beyond its context while tokenizing it — before the
+// merges of a 15 MiB word, after four contexts' worth of chat turns or words — tokenizes text somewhat
+// beyond it in full (so the API can report its length), and stops with the request's context.
 func TestTokenizeBounded(t *testing.T) {
 	e := load(t, tinySpec{arch: "qwen3", seed: 61}, Options{ContextLength: 256})
 	for _, text := range []string{
 		strings.Repeat("a", 15<<20),                             // one word
 		strings.Repeat("<|im_start|>user\nx<|im_end|>\n", 2000), // issue 14's 62 KB of chat turns
-		strings.Repeat("word ", 300),
+		strings.Repeat("x", 4*256+1),                            // "x" has no merges in the tiny vocabulary: one token each
 	} {
 		_, err := e.Tokenize(t.Context(), text, true)
 		var le *tokenizer.LimitError
 		if !errors.As(err, &le) || !pipeline.IsInputError(err) {
 			t.Errorf("Tokenize(%.20q… of %d bytes): %v; want a LimitError", text, len(text), err)
 		}
+	}
+	if ids, err := e.Tokenize(t.Context(), strings.Repeat("x", 4*256), true); err != nil || len(ids) != 4*256 {
+		t.Errorf("four contexts of tokens: %d tokens, %v", len(ids), err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
