@@ -14,17 +14,17 @@ type Tokenizer struct {
 	marks  bool // Qwen3.5 pre-tokenizer
 	nfc    bool
 	tokens []string
-	types  []Type // effective types (forcedControl applied)
+	types  []Type
 
 	byteID [256]int32 // the token of each single byte, or noSymbol
 	// noSymbol (= Len()) stands for a byte the vocabulary has no token for: it never merges and makes no
 	// token; missingBytes says whether there is any.
 	noSymbol     int32
 	missingBytes bool
-	merges pairTable
-	tokLen []int32 // bytes each token stands for (its characters, one per byte, for byte-level tokens)
-	maxLen int     // the longest token BPE can produce, in bytes
-	maxTok int     // MaxBytesPerToken
+	merges       pairTable
+	tokLen       []int32 // bytes each token stands for (its characters, one per byte, for byte-level tokens)
+	maxLen       int     // the longest token BPE can produce, in bytes
+	maxTok       int     // MaxBytesPerToken
 
 	all, userOnly *matcher // special tokens split out of text: all of them, or only user-defined ones
 
@@ -200,8 +200,12 @@ func (t *Tokenizer) Token(id int32) string {
 	return t.tokens[id]
 }
 
-// Type is the type of token id as the tokenizer treats it: the file's type, except that tokens llama.cpp
-// recognizes as end-of-generation or fill-in-the-middle markers are Control.
+// Type is the type of token id (tokenizer.ggml.token_type; Normal when the file has none).
+//
+// llama.cpp also makes control tokens of tokens whose text it knows as an end-of-generation or
+// fill-in-the-middle marker, whatever their type: on Qwen3's vocabulary that turns the ordinary BPE token
+// "</s>" into a special token ("a</s>b" → a, </s>, b, where Hugging Face gives a, </, s, >b). This package
+// keeps the file's types, as Hugging Face does.
 func (t *Tokenizer) Type(id int32) Type {
 	if id < 0 || int(id) >= len(t.types) {
 		return Undefined

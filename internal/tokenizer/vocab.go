@@ -86,26 +86,6 @@ var preTokenizers = map[string]preTokenizer{
 	"qwen35":           {marks: true, nfc: true},
 }
 
-// forcedControl are token texts llama.cpp treats as control tokens whatever their type in the file (its
-// end-of-generation and fill-in-the-middle detection in llama_vocab::impl::load, which overrides the type
-// of such tokens "not control-type"): so they are matched as special tokens in text and hidden as pieces.
-var forcedControl = map[string]bool{
-	"<|eot_id|>": true, "<|im_end|>": true, "<|end|>": true, "<|return|>": true, "<|call|>": true,
-	"<|flush|>": true, "<|calls|>": true, "<end_of_turn>": true, "<|endoftext|>": true, "</s>": true,
-	"<|eom_id|>": true, "<EOT>": true, "_<EOT>": true, "[EOT]": true, "[EOS]": true, "<|end_of_text|>": true,
-	"<end_of_utterance>": true, "<eos>": true, "<turn|>": true, "<|tool_response>": true,
-	"<｜end▁of▁sentence｜>": true, "[e~[": true,
-	"<|fim_prefix|>": true, "<fim-prefix>": true, "<fim_prefix>": true, "<｜fim▁begin｜>": true, "<PRE>": true,
-	"▁<PRE>": true, "<|code_prefix|>": true, "<|prefix|>": true,
-	"<|fim_suffix|>": true, "<fim-suffix>": true, "<fim_suffix>": true, "<｜fim▁hole｜>": true, "<SUF>": true,
-	"▁<SUF>": true, "<|code_suffix|>": true, "<|suffix|>": true,
-	"<|fim_middle|>": true, "<fim-middle>": true, "<fim_middle>": true, "<｜fim▁end｜>": true, "<MID>": true,
-	"▁<MID>": true, "<|code_middle|>": true, "<|middle|>": true,
-	"<|fim_pad|>": true, "<fim-pad>": true, "<fim_pad>": true, "<PAD>": true, "[PAD]": true,
-	"<|fim_repo|>": true, "<|repo_name|>": true, "<fim-repo>": true, "<REPO>": true, "<reponame>": true,
-	"<|file_sep|>": true,
-}
-
 // checker builds the errors of one vocabulary.
 type checker struct{ file string }
 
@@ -168,9 +148,6 @@ func New(v Vocab) (*Tokenizer, error) {
 			if typ > Byte {
 				return nil, c.bad(KeyTypes, "token %d has type %d (known: 0-6)", i, typ)
 			}
-		}
-		if forcedControl[s] {
-			typ = Control
 		}
 		t.types[i] = typ
 		if typ.special() {
