@@ -22,11 +22,12 @@ const (
 	Byte        Type = 6
 )
 
-// Bounds on vocabularies read from files. Real ones: Qwen3.5 has 248k tokens and ~247k merges, its longest
-// token is 256 bytes, and its special tokens take a few KiB in all.
+// Bounds on vocabularies read from files. Real ones: Qwen3.5 has 248k tokens and ~247k merges (the largest
+// vocabularies, Gemma's, 262k tokens), the longest tokens are a few hundred bytes, and special tokens take a
+// few KiB in all. Building a tokenizer takes about 100 bytes per token and 32 per merge.
 const (
-	MaxTokens       = 1 << 22 // tokens in a vocabulary
-	MaxMerges       = 1 << 22
+	MaxTokens       = 1 << 20 // tokens in a vocabulary
+	MaxMerges       = 1 << 20
 	MaxTokenBytes   = 1 << 16 // bytes of one token string
 	MaxSpecialBytes = 1 << 20 // bytes of all control, user-defined and unknown tokens together
 )
