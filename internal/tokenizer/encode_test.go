@@ -201,3 +201,16 @@ func TestDecodeAndPiece(t *testing.T) {
 		t.Error("Decode accepted an id outside the vocabulary")
 	}
 }
+
+// TestNormalization: Qwen's pre-tokenizers come with NFC (their tokenizer.json's normalizer); the
+// DeepSeek-R1-Distill-Qwen one is taken as llama.cpp takes it, without normalization.
+func TestNormalization(t *testing.T) {
+	for pre, want := range map[string]int{"qwen2": 2, "qwen35": 2, "deepseek-r1-qwen": 3} {
+		v := synthVocab(nil, nil, nil)
+		v.Pre = pre
+		ids, err := mustNew(t, v).Encode(context.Background(), "e\u0301", Options{})
+		if err != nil || len(ids) != want {
+			t.Errorf("%s: e+U+0301 = %v, %v; want %d byte tokens", pre, ids, err, want)
+		}
+	}
+}

@@ -78,12 +78,13 @@ type preTokenizer struct {
 }
 
 // preTokenizers maps tokenizer.ggml.pre to the Split regex it stands for (llama.cpp src/llama-vocab.cpp,
-// LLAMA_VOCAB_PRE_TYPE_QWEN2 / _QWEN35, which cite the tokenizer.json regexes RegexQwen2 and RegexQwen35). Qwen's
-// tokenizer.json normalizes with NFC; llama.cpp does not, so on text that is not in NFC the two differ and
-// this package follows Hugging Face tokenizers, the model's own tokenizer.
+// LLAMA_VOCAB_PRE_TYPE_QWEN2 and _QWEN35, which cite the tokenizer.json regexes RegexQwen2 and RegexQwen35)
+// and to whether the model's tokenizer.json normalizes with NFC. Qwen's do; llama.cpp never normalizes, so
+// on text that is not in NFC the two differ and this package follows Hugging Face tokenizers, the model's
+// own tokenizer. For DeepSeek-R1-Distill-Qwen, whose GGUFs carry "deepseek-r1-qwen", it follows llama.cpp.
 var preTokenizers = map[string]preTokenizer{
 	"qwen2":            {nfc: true},
-	"deepseek-r1-qwen": {nfc: true}, // DeepSeek-R1-Distill-Qwen keeps Qwen2.5's tokenizer
+	"deepseek-r1-qwen": {},
 	"qwen35":           {marks: true, nfc: true},
 }
 
