@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,11 +14,32 @@ import (
 )
 
 // Benchmarks on Qwen3's real vocabulary (they skip when it is not installed). Each compares with Ollama's
-// tokenizer, which the engine used before, in the same run:
+// tokenizer, which the engine used before, in the same run; -count 2 alternates them. cpu-ns/op is the
+// process's user+system CPU time per operation, which a busy machine disturbs less than the wall time:
 //
-//	go test ./internal/tokenizer -run '^$' -bench . -benchtime 10x
+//	go test ./internal/tokenizer -run '^$' -bench 'FraudReview|SpecialHeavy/phonellm|HugeWord' -benchtime 10x -count 2
 //
 // BenchmarkSpecialHeavy/ollama takes about a minute per iteration (quadratic in the special tokens).
+
+// cpuTime is the CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loop runs op b.N times and reports its CPU time per operation.
+func loop(b *testing.B, op func() error) {
+	start := cpuTime()
+	for b.Loop() {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
 
 // fraudReview returns the fraud-review prompt of about 7,000 tokens on tk.
 func fraudReview(b *testing.B, tk *tokenizer.Tokenizer) (string, int) {
@@ -39,21 +61,19 @@ func BenchmarkFraudReview(b *testing.B) {
 	text, n := fraudReview(b, tk)
 	b.Run("phonellm", func(b *testing.B) {
 		b.SetBytes(int64(len(text)))
-		for b.Loop() {
-			if _, err := tk.Encode(context.Background(), text, tokenizer.Options{ParseSpecial: true}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		loop(b, func() error {
+			_, err := tk.Encode(context.Background(), text, tokenizer.Options{ParseSpecial: true})
+			return err
+		})
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
 	})
 	b.Run("ollama", func(b *testing.B) {
 		old := ollamaTokenizer(b, path)
 		b.SetBytes(int64(len(text)))
-		for b.Loop() {
-			if _, err := old.Encode(text, false); err != nil {
-				b.Fatal(err)
-			}
-		}
+		loop(b, func() error {
+			_, err := old.Encode(text, false)
+			return err
+		})
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
 	})
 }
@@ -65,20 +85,18 @@ func BenchmarkSpecialHeavy(b *testing.B) {
 	text := strings.Repeat("<|im_start|>user\nx<|im_end|>\n", 2000)
 	b.Run("phonellm", func(b *testing.B) {
 		b.SetBytes(int64(len(text)))
-		for b.Loop() {
-			if _, err := tk.Encode(context.Background(), text, tokenizer.Options{ParseSpecial: true}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		loop(b, func() error {
+			_, err := tk.Encode(context.Background(), text, tokenizer.Options{ParseSpecial: true})
+			return err
+		})
 	})
 	b.Run("ollama", func(b *testing.B) {
 		old := ollamaTokenizer(b, path)
 		b.SetBytes(int64(len(text)))
-		for b.Loop() {
-			if _, err := old.Encode(text, false); err != nil {
-				b.Fatal(err)
-			}
-		}
+		loop(b, func() error {
+			_, err := old.Encode(text, false)
+			return err
+		})
 	})
 }
 
@@ -91,6 +109,7 @@ func BenchmarkHugeWord(b *testing.B) {
 		b.Run(w.name, func(b *testing.B) {
 			b.SetBytes(int64(len(word)))
 			var peak uint64
+			start := cpuTime()
 			for b.Loop() {
 				runtime.GC()
 				var base runtime.MemStats
@@ -102,6 +121,7 @@ func BenchmarkHugeWord(b *testing.B) {
 				stop()
 				peak -= min(peak, base.HeapAlloc)
 			}
+			b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(peak)/float64(len(word)), "peak-heap-B/B")
 		})
 	}
