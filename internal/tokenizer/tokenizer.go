@@ -215,7 +215,8 @@ func (t *Tokenizer) Type(id int32) Type {
 
 // MaxBytesPerToken bounds the bytes of text one token stands for, so that text longer than n times this
 // makes more than n tokens: four times the longest token BPE can produce (NFC shortens text by at most a
-// factor of three: a Hangul syllable composed from three jamo) or the longest special token.
+// factor of three: a Hangul syllable composed from three jamo) or the longest special token. (A vocabulary
+// without a token for some byte makes no token for it, so there the bound does not hold.)
 func (t *Tokenizer) MaxBytesPerToken() int { return t.maxTok }
 
 // BOS is the begin-of-sequence token, -1 when the vocabulary has none.
