@@ -6,51 +6,27 @@ import (
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/phonellm/phonellm/internal/tokenizer"
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 )
 
 // Pre-tokenizer regexes exactly as the Split pre-tokenizer of the real
-// tokenizer.json files carries them (Qwen2/Qwen2.5/Qwen3; Qwen3.5 adds \p{M},
-// transformers models/qwen3_5/tokenization_qwen3_5.py PRETOKENIZE_REGEX).
-// sha256 of these strings is what ollama and phonellm use to tell qwen2 from
-// qwen35 (1ff7f410… and 00431aed…).
+// tokenizer.json files carries them (Qwen2/Qwen2.5/Qwen3; Qwen3.5 adds \p{M});
+// the runtime's tokenizer implements them.
 const (
-	Qwen2Regex  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-	Qwen35Regex = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	Qwen2Regex  = tokenizer.RegexQwen2
+	Qwen35Regex = tokenizer.RegexQwen35
 )
 
 // maxTokenizerSize bounds Spec.TokenizerSize by what the built-in corpus
 // can teach (checked by TestTokenizerCapacity).
 const maxTokenizerSize = 1200
 
-// byteLevel maps each byte to the printable rune GPT-2's bytes_to_unicode
-// assigns it; byteOrder lists the bytes in the order of that table, which is
-// also the id order of the first 256 tokens of GPT-2-style vocabularies.
-var byteLevel, byteOrder = func() ([256]rune, []byte) {
-	var m [256]rune
-	var order []byte
-	used := [256]bool{}
-	for _, r := range [][2]int{{'!', '~'}, {0xA1, 0xAC}, {0xAE, 0xFF}} {
-		for b := r[0]; b <= r[1]; b++ {
-			m[b] = rune(b)
-			used[b] = true
-			order = append(order, byte(b))
-		}
-	}
-	n := 0
-	for b := range 256 {
-		if !used[b] {
-			m[b] = rune(256 + n)
-			n++
-			order = append(order, byte(b))
-		}
-	}
-	return m, order
-}()
-
 func byteLevelString(s string) string {
 	out := make([]rune, 0, len(s))
 	for i := 0; i < len(s); i++ {
-		out = append(out, byteLevel[s[i]])
+		out = append(out, bytelevel.Rune[s[i]])
 	}
 	return string(out)
 }
@@ -113,9 +89,10 @@ func trainBPE(regex string, numMerges int) (*bpeModel, error) {
 	}
 	m := &bpeModel{}
 	ids := map[string]int{}
-	for _, b := range byteOrder {
-		ids[string(byteLevel[b])] = len(m.tokens)
-		m.tokens = append(m.tokens, string(byteLevel[b]))
+	// The first 256 tokens are the byte symbols in bytes_to_unicode's order, as in GPT-2-style vocabularies.
+	for _, b := range bytelevel.Order {
+		ids[string(bytelevel.Rune[b])] = len(m.tokens)
+		m.tokens = append(m.tokens, string(bytelevel.Rune[b]))
 	}
 	type word struct {
 		syms  []int
@@ -131,7 +108,7 @@ func trainBPE(regex string, numMerges int) (*bpeModel, error) {
 		index[p] = len(words)
 		w := word{count: 1}
 		for i := 0; i < len(p); i++ {
-			w.syms = append(w.syms, ids[string(byteLevel[p[i]])])
+			w.syms = append(w.syms, ids[string(bytelevel.Rune[p[i]])])
 		}
 		words = append(words, w)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 )
 
 type tokJSON struct {
@@ -114,7 +116,7 @@ func bpeDecode(tj tokJSON, ids []int) string {
 		inv[id] = s
 	}
 	unb := map[rune]byte{}
-	for b, r := range byteLevel {
+	for b, r := range bytelevel.Rune {
 		unb[r] = byte(b)
 	}
 	var out []byte

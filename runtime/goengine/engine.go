@@ -16,7 +16,7 @@ import (
 	"github.com/ollama/ollama/ml"
 	"github.com/ollama/ollama/model"
 	"github.com/ollama/ollama/model/input"
-	"github.com/ollama/ollama/tokenizer"
+	ollamatok "github.com/ollama/ollama/tokenizer"
 
 	// The ggml backend registers itself as "ggml"; the model packages
 	// register the architectures this engine serves.
@@ -25,6 +25,8 @@ import (
 	_ "github.com/ollama/ollama/model/models/qwen3"
 	_ "github.com/ollama/ollama/model/models/qwen3next"
 
+	"github.com/phonellm/phonellm/internal/tokenizer"
+	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/goengine/internal/repack"
 )
@@ -78,8 +80,8 @@ func (o Options) Validate() error {
 // Engine is a engine.Engine over Ollama's Go engine.
 type Engine struct {
 	m       model.Model
-	tok     tokenizer.Tokenizer
-	vocab   *tokenizer.Vocabulary
+	tk      *tokenizer.Tokenizer  // text <-> ids (Ollama's model tokenizer is not used)
+	vocab   *ollamatok.Vocabulary // the model's vocabulary as Ollama read it
 	cache   kvcache.Cache
 	tmpl    *engine.ChatTemplate
 	info    engine.ModelInfo
@@ -113,6 +115,11 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		return nil, err
 	}
 	kv, err := precheck(o.Path)
+	if err != nil {
+		return nil, err
+	}
+	// The vocabulary is checked before any weights are loaded: a hostile one is refused by name.
+	tk, err := loadTokenizer(o.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -158,14 +165,17 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("goengine: load %s: %w", o.Path, err)
 	}
-	e = &Engine{m: m, numCtx: o.ContextLength, batch: o.BatchSize}
-	tok, ok := m.(tokenizer.Tokenizer)
+	e = &Engine{m: m, tk: tk, numCtx: o.ContextLength, batch: o.BatchSize}
+	tok, ok := m.(ollamatok.Tokenizer)
 	if !ok {
 		m.Backend().Close()
 		return nil, &engine.UnsupportedError{Path: o.Path, Reason: "model has no tokenizer"}
 	}
-	e.tok = tok
 	e.vocab = tok.Vocabulary()
+	if len(e.vocab.Values) != tk.Len() {
+		m.Backend().Close()
+		return nil, fmt.Errorf("goengine: %s: the engine read %d tokens, the tokenizer %d", o.Path, len(e.vocab.Values), tk.Len())
+	}
 	e.cache = m.Config().Cache
 	if e.cache == nil {
 		m.Backend().Close()
@@ -262,6 +272,20 @@ func precheck(path string) (ggml.KV, error) {
 	return kv, nil
 }
 
+// loadTokenizer builds the tokenizer from the file's tokenizer.ggml.* keys.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	f, err := gguf.OpenFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("goengine: %w", err)
+	}
+	defer f.Close()
+	tk, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("goengine: %w", err)
+	}
+	return tk, nil
+}
+
 func kvDType(s string) ml.DType {
 	switch s {
 	case "q8_0":
@@ -309,27 +333,24 @@ var eogNames = map[string]bool{
 var eogAnyType = map[string]bool{"<|fim_pad|>": true, "<|repo_name|>": true, "<|file_sep|>": true}
 
 func (e *Engine) setupVocab() {
-	v := e.vocab
 	e.eog = map[int32]bool{}
-	for _, id := range v.EOS {
-		if id >= 0 && int(id) < len(v.Values) {
-			e.eog[id] = true
-		}
+	for _, id := range e.tk.EOS() {
+		e.eog[id] = true
 	}
-	e.control = make([]bool, len(v.Values))
-	for i, t := range v.Types {
-		if i >= len(v.Values) {
-			break
-		}
-		if t == tokenizer.TOKEN_TYPE_CONTROL {
+	n := e.tk.Len()
+	e.control = make([]bool, n)
+	for i := range n {
+		id := int32(i)
+		text := e.tk.Token(id)
+		if e.tk.Type(id) == tokenizer.Control {
 			e.control[i] = true
-			if eogNames[v.Values[i]] {
-				e.eog[int32(i)] = true
+			if eogNames[text] {
+				e.eog[id] = true
 			}
 		}
-		if eogAnyType[v.Values[i]] {
+		if eogAnyType[text] {
 			e.control[i] = true
-			e.eog[int32(i)] = true
+			e.eog[id] = true
 		}
 	}
 }
@@ -344,9 +365,22 @@ func (e *Engine) tokenText(ids []int32) string {
 // Info implements engine.Engine.
 func (e *Engine) Info() engine.ModelInfo { return e.info }
 
-// Tokenize implements engine.Engine.
+// tokenizeSlack is how many contexts' worth of text Tokenize tokenizes in full: a prompt somewhat longer
+// than the context gets its exact length (for OpenAI's context_length_exceeded message), while the work a
+// request can cause stays a small multiple of what the context can hold.
+const tokenizeSlack = 4
+
+// Tokenize implements engine.Engine. Special tokens in the text are parsed. Text that makes more than
+// tokenizeSlack contexts of tokens is refused with a *tokenizer.LimitError as soon as that is known —
+// before tokenizing at all when its length in bytes shows it — and tokenization stops with ctx.
 func (e *Engine) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
-	ids, err := e.tok.Encode(text, addSpecial)
+	limit := tokenizeSlack * e.numCtx
+	ids, err := e.tk.Encode(ctx, text, tokenizer.Options{
+		AddSpecial:    addSpecial,
+		ParseSpecial:  true,
+		MaxTokens:     limit,
+		MaxInputBytes: limit * e.tk.MaxBytesPerToken(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("goengine: tokenize: %w", err)
 	}
@@ -356,25 +390,21 @@ func (e *Engine) Tokenize(ctx context.Context, text string, addSpecial bool) ([]
 // Detokenize implements engine.Engine. Control tokens are rendered as
 // their text.
 func (e *Engine) Detokenize(tokens []int32) (string, error) {
-	for _, t := range tokens {
-		if t < 0 || int(t) >= len(e.vocab.Values) {
-			return "", fmt.Errorf("goengine: detokenize: token %d outside vocabulary of %d", t, len(e.vocab.Values))
-		}
+	s, err := e.tk.Decode(tokens)
+	if err != nil {
+		return "", fmt.Errorf("goengine: detokenize: %w", err)
 	}
-	return e.tok.Decode(tokens)
+	return s, nil
 }
 
 // piece is the visible text of a generated token: control tokens render
-// as nothing (llama-server's default).
+// as nothing (llama-server's default). It may be part of a UTF-8
+// character; the request's TextStream holds such bytes back.
 func (e *Engine) piece(t int32) string {
-	if t < 0 || int(t) >= len(e.vocab.Values) || e.control[t] {
+	if t < 0 || int(t) >= len(e.control) || e.control[t] {
 		return ""
 	}
-	s, err := e.tok.Decode([]int32{t})
-	if err != nil {
-		return ""
-	}
-	return s
+	return e.tk.Piece(t)
 }
 
 // ApplyChatTemplate implements engine.Engine.

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/ollama/ollama/fs/ggml"
+
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 )
 
 // tinyChatTemplate is a small Qwen-style Jinja template written into the
@@ -29,17 +31,8 @@ const tinyChatTemplate = `{%- for message in messages %}
 // tinyVocab is a GPT-2 byte-level BPE vocabulary: the 256 byte symbols
 // (id = byte value), a few merges, then Qwen's special tokens.
 func tinyVocab() (tokens []string, types []int32, merges []string) {
-	// GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest
-	// to U+0100 onwards in byte order.
-	n := 0
 	for b := range 256 {
-		printable := (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)
-		if printable {
-			tokens = append(tokens, string(rune(b)))
-		} else {
-			tokens = append(tokens, string(rune(256+n)))
-			n++
-		}
+		tokens = append(tokens, string(bytelevel.Rune[b]))
 		types = append(types, 1)
 	}
 	for _, m := range [][2]string{{"h", "e"}, {"l", "l"}, {"Ġ", "w"}, {"o", "r"}, {"i", "s"}, {"Ġ", "t"}, {"Ġt", "he"}} {
@@ -67,6 +60,8 @@ type tinySpec struct {
 	// Dimensions; zero means the tiny defaults (64 wide, 4 heads of 16).
 	embd, heads, kvHeads, headDim, ff int
 	seed                              uint64
+	// vocab, when set, edits the vocabulary before it is written (hostile files).
+	vocab func(tokens []string, types []int32, merges []string) ([]string, []int32, []string)
 }
 
 // writeTinyGGUF writes a random-weight model of spec to dir and returns its
@@ -93,6 +88,9 @@ func writeTinyGGUF(t testing.TB, dir string, spec tinySpec) string {
 	}
 	tokens, types, merges := tinyVocab()
 	vocab := len(tokens)
+	if spec.vocab != nil {
+		tokens, types, merges = spec.vocab(tokens, types, merges)
+	}
 	eos := uint32(vocab - 3) // <|im_end|>
 	kv := ggml.KV{
 		"general.architecture":             spec.arch,

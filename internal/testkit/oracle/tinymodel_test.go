@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 )
 
 // A hand-written minimal GGUF v3 writer for a tiny random-weight qwen3 model, so the oracle tests need no
@@ -94,26 +96,8 @@ const (
 	tokImEnd        = 259
 )
 
-// byteToUnicode is GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards.
-func byteToUnicode() [256]rune {
-	var m [256]rune
-	printable := func(b int) bool {
-		return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)
-	}
-	n := 0
-	for b := 0; b < 256; b++ {
-		if printable(b) {
-			m[b] = rune(b)
-		} else {
-			m[b] = rune(256 + n)
-			n++
-		}
-	}
-	return m
-}
-
 func tinyVocab() (tokens []string, types []int32, merges []string) {
-	bu := byteToUnicode()
+	bu := bytelevel.Rune
 	for b := 0; b < 256; b++ {
 		tokens = append(tokens, string(bu[b]))
 		types = append(types, 1)

@@ -6,31 +6,16 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 )
 
-// byteToRune is GPT-2's bytes_to_unicode table used by the ByteLevel pre-tokenizer and decoder: printable bytes
-// ('!'..'~', '¡'..'¬', '®'..'ÿ') map to themselves, the other 68 bytes to U+0100.. in byte order.
-var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
-	var b2r [256]rune
-	r2b := make(map[rune]byte, 256)
-	next := rune(256)
-	for b := 0; b < 256; b++ {
-		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
-			b2r[b] = rune(b)
-		} else {
-			b2r[b] = next
-			next++
-		}
-		r2b[b2r[b]] = byte(b)
-	}
-	return b2r, r2b
-}()
-
-// byteLevel maps every byte of s to its ByteLevel character.
+// byteLevel maps every byte of s to its ByteLevel character (GPT-2's bytes_to_unicode: package bytelevel is
+// that table and nothing else, shared with the production tokenizer; no code path is).
 func byteLevel(s string) string {
 	var sb strings.Builder
 	for i := 0; i < len(s); i++ {
-		sb.WriteRune(byteToRune[s[i]])
+		sb.WriteRune(bytelevel.Rune[s[i]])
 	}
 	return sb.String()
 }
@@ -44,7 +29,7 @@ func byteLevelDecode(tokens []string) string {
 		start := len(buf)
 		ok := true
 		for _, r := range t {
-			b, in := runeToByte[r]
+			b, in := bytelevel.Byte(r)
 			if !in {
 				ok = false
 				break

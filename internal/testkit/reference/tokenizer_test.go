@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 )
 
 // testTokenizerJSON builds a Qwen-style tokenizer.json: the 256 ByteLevel characters (ids 0..255 in byte
@@ -19,7 +21,7 @@ func testTokenizerJSON(t testing.TB, regex string, merges [][2]string, added []A
 	t.Helper()
 	vocab := map[string]int{}
 	for b := 0; b < 256; b++ {
-		vocab[string(byteToRune[b])] = b
+		vocab[string(bytelevel.Rune[b])] = b
 	}
 	var ms [][]string
 	for _, m := range merges {

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/phonellm/phonellm/internal/tokenizer"
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
 
@@ -23,17 +26,6 @@ const (
 
 // maxVocab bounds vocab_size (the largest real vocabularies are around 262k tokens).
 const maxVocab = 1 << 22
-
-// Pre-tokenizer Split regexes of the Qwen tokenizers, as tokenizer.json stores them (the "original regex from
-// tokenizer.json" comments of llama.cpp src/llama-vocab.cpp for LLAMA_VOCAB_PRE_TYPE_QWEN2 / QWEN35; their
-// sha256 are ollama convert/tokenizer.go's 1ff7f410… and 00431aed…), plus llama.cpp's own case-expanded
-// spelling of the same expressions.
-var preTokenizers = []struct{ regex, pre string }{
-	{`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, "qwen2"},
-	{`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, "qwen2"},
-	{`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, "qwen35"},
-	{`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, "qwen35"},
-}
 
 // specialTypes are SpecialVocab's default special token types, in its order, with their GGUF keys.
 var specialTypes = []struct{ typ, key string }{
@@ -126,17 +118,18 @@ func preTokenizerName(raw json.RawMessage, file string) (string, error) {
 	if len(regexes) == 0 {
 		return "", &UnsupportedError{File: file, What: "pre_tokenizer without a Split regex (known: qwen2, qwen35)"}
 	}
+	// The Split regexes of the Qwen tokenizers, as tokenizer.json stores them or in llama.cpp's case-expanded
+	// spelling (their sha256 are ollama convert/tokenizer.go's 1ff7f410… and 00431aed…).
 	joined := strings.Join(regexes, "")
-	for _, p := range preTokenizers {
-		if p.regex == joined {
-			return p.pre, nil
-		}
+	if pre := tokenizer.PreForRegex(joined); pre != "" {
+		return pre, nil
 	}
 	return "", &UnsupportedError{File: file, What: fmt.Sprintf("pre-tokenizer regex %q (known: qwen2, qwen35)", joined)}
 }
 
 // mergeList returns model.merges as "a b" strings: either list of strings, or (transformers ≥ 4.45) list of
-// pairs, joined with one space, spaces inside a part encoded as U+0120 (SpecialVocab._try_load_from_tokenizer_json).
+// pairs, joined with one space, spaces inside a part encoded as the byte-level character of a space, U+0120
+// (SpecialVocab._try_load_from_tokenizer_json).
 func mergeList(raw json.RawMessage, file string) ([]string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
@@ -163,10 +156,12 @@ func mergeList(raw json.RawMessage, file string) ([]string, error) {
 		if err := json.Unmarshal(it, &p); err != nil || len(p) != 2 {
 			return nil, &ConfigError{File: file, Field: "model.merges", Msg: fmt.Sprintf("entry %d is not a pair of strings", i)}
 		}
-		out = append(out, strings.ReplaceAll(p[0], " ", "\u0120")+" "+strings.ReplaceAll(p[1], " ", "\u0120"))
+		out = append(out, strings.ReplaceAll(p[0], " ", byteLevelSpace)+" "+strings.ReplaceAll(p[1], " ", byteLevelSpace))
 	}
 	return out, nil
 }
+
+var byteLevelSpace = string(bytelevel.Rune[' '])
 
 // mergesTxt reads merges.txt (SpecialVocab._try_load_merges_txt): an optional "#" header line, then
 // "a b" per line; malformed lines are skipped.
@@ -340,7 +335,27 @@ func loadTokenizer(dir string, h *hparams, embedRows int64) (*vocab, error) {
 	if err := v.loadSpecial(dir, tj, h); err != nil {
 		return nil, err
 	}
+	if err := v.check(file); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// check builds the runtime's tokenizer from the vocabulary about to be written, so that convert refuses a
+// tokenizer.json whose GGUF the runtime (and llama.cpp, which also refuses duplicate tokens) would refuse:
+// duplicate or empty tokens, merges naming tokens that do not exist, a byte symbol missing.
+func (v *vocab) check(file string) error {
+	types := make([]tokenizer.Type, len(v.types))
+	for i, t := range v.types {
+		types[i] = tokenizer.Type(t)
+	}
+	_, err := tokenizer.New(tokenizer.Vocab{File: file, Model: "gpt2", Pre: v.pre, Tokens: v.tokens, Types: types,
+		Merges: v.merges, BOS: -1, EOS: -1})
+	var te *tokenizer.Error
+	if errors.As(err, &te) {
+		return &ConfigError{File: file, Msg: fmt.Sprintf("its vocabulary cannot be used (GGUF %s: %s)", te.Key, te.Msg)}
+	}
+	return err
 }
 
 // loadSpecial is SpecialVocab._try_load_from_tokenizer_json + _try_load_from_config_json: special ids,

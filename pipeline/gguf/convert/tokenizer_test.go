@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,6 +86,14 @@ func TestVocabPaddingAndTypes(t *testing.T) {
 }
 
 func TestMergeFormats(t *testing.T) {
+	// The merged tokens must be in the vocabulary (see TestVocabularyChecked).
+	withMerged := func(merges any) map[string]any {
+		tok := tinyTokenizer(qwen2Regex, merges)
+		vocab := tok["model"].(map[string]any)["vocab"].(map[string]any)
+		vocab["abc"], vocab["aĠb"], vocab["aĠbc"] = 8, 9, 10
+		return tok
+	}
+	cfg := map[string]any{"vocab_size": 11}
 	for _, tc := range []struct {
 		merges any
 		want   []string
@@ -92,7 +101,7 @@ func TestMergeFormats(t *testing.T) {
 		{[]any{"a b", "ab c"}, []string{"a b", "ab c"}},
 		{[]any{[]any{"a", "b"}, []any{"a b", "c"}}, []string{"a b", "aĠb c"}},
 	} {
-		v, err := loadTok(t, tokDir(t, tinyTokenizer(qwen2Regex, tc.merges), nil, nil))
+		v, err := loadTok(t, tokDir(t, withMerged(tc.merges), nil, cfg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +113,7 @@ func TestMergeFormats(t *testing.T) {
 		t.Error("empty merges accepted")
 	}
 	// merges.txt fallback.
-	dir := tokDir(t, tinyTokenizer(qwen2Regex, []any{}), nil, nil)
+	dir := tokDir(t, withMerged([]any{}), nil, cfg)
 	if err := os.WriteFile(filepath.Join(dir, "merges.txt"), []byte("#version: 0.2\na b\nbad\nab c\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +123,27 @@ func TestMergeFormats(t *testing.T) {
 	}
 	if _, err := loadTok(t, tokDir(t, tinyTokenizer(qwen2Regex, []any{3}), nil, nil)); err == nil {
 		t.Error("numeric merge accepted")
+	}
+}
+
+// TestVocabularyChecked: convert refuses a tokenizer.json whose GGUF vocabulary the runtime's tokenizer
+// (and llama.cpp) would refuse, instead of writing a file that cannot be served.
+func TestVocabularyChecked(t *testing.T) {
+	for name, edit := range map[string]func(map[string]any){
+		"merge names an unknown token": func(tok map[string]any) { tok["model"].(map[string]any)["merges"] = []any{"a b", "ab zz"} },
+		"merged token missing":         func(tok map[string]any) { tok["model"].(map[string]any)["merges"] = []any{"a b", "b a"} },
+		"duplicate token": func(tok map[string]any) {
+			tok["added_tokens"] = append(tok["added_tokens"].([]any), map[string]any{"id": 8, "content": "ab", "special": false})
+		},
+		"empty token": func(tok map[string]any) { tok["model"].(map[string]any)["vocab"].(map[string]any)[""] = 9 },
+	} {
+		tok := tinyTokenizer(qwen2Regex, nil)
+		edit(tok)
+		_, err := loadTok(t, tokDir(t, tok, nil, nil))
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "tokenizer.json") || !strings.Contains(err.Error(), "tokenizer.ggml.") {
+			t.Errorf("%s: %v; want a ConfigError on tokenizer.json naming the GGUF key", name, err)
+		}
 	}
 }
 
