@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Key identifies a cached result: the same model file on the same kind of
@@ -76,16 +78,11 @@ func makeKey(o Options) (Key, error) {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	_, sum, err := fsx.HashFile(path)
 	if err != nil {
 		return "", fmt.Errorf("autotune: hash model: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("autotune: hash model %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return sum, nil
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo, or "unknown".
@@ -158,32 +155,16 @@ func loadCache(path string, k Key) (Result, error) {
 	return r, nil
 }
 
-// storeCache writes r to path atomically (temporary file in the same
-// directory, fsync, rename).
+// storeCache writes r to path atomically (package fsx: temporary file in the same directory, fsync, rename,
+// fsync of the directory).
 func storeCache(path string, r Result) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".autotune-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	_, err = fsx.WriteFile(path, append(b, '\n'))
+	return err
 }
