@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,9 +149,8 @@ func BenchmarkCompareWithLlamaCpp(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	home, _ := os.UserHomeDir()
 	for b.Loop() {
-		r, err := bench.Compare(context.Background(), e, bench.CompareOptions{OracleDir: filepath.Join(home, ".cache", "phonellm", "oracle")})
+		r, err := bench.Compare(context.Background(), e, bench.CompareOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -110,18 +110,6 @@ func TestTailBuffer(t *testing.T) {
 	}
 }
 
-func TestDirDefault(t *testing.T) {
-	t.Setenv(EnvDir, "")
-	t.Setenv("HOME", "/home/x")
-	if got := Dir(); got != "/home/x/.cache/phonellm/oracle" {
-		t.Fatalf("Dir() = %q", got)
-	}
-	t.Setenv(EnvDir, "/opt/oracle")
-	if got := Dir(); got != "/opt/oracle" {
-		t.Fatalf("Dir() = %q", got)
-	}
-}
-
 type fakeTB struct {
 	testing.TB
 	fatal, skip string
