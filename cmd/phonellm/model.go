@@ -24,7 +24,7 @@ func resolveGGUF(a *app, arg string) (string, error) {
 		loc, err := hfhub.New().Download(a.ctx, ref.Repo, ref.Revision, ref.File, rep.Add)
 		rep.End(step, err)
 		if err != nil {
-			return "", withCode(exitRemote, err, hubHint(err))
+			return "", remoteErr(err)
 		}
 		return loc.Path, nil
 	}

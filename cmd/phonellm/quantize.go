@@ -187,7 +187,7 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 	if err != nil {
 		var rq *plan.RequantizeError
 		if asErr(err, &rq) {
-			return withCode(exitBadInput, err, "the input is already quantized; quantize the F16/BF16 model instead, or pass --allow-requantize")
+			return withHint(err, "the input is already quantized; quantize the F16/BF16 model instead, or pass --allow-requantize")
 		}
 		return err
 	}

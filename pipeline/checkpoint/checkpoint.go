@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -85,10 +84,3 @@ func (c *Checkpoint) ReadRows(ctx context.Context, name string, row0, n int64, d
 
 // Close releases the files.
 func (c *Checkpoint) Close() error { return c.st.Close() }
-
-// IsInputError reports whether err means the checkpoint's bytes are malformed or unsupported.
-func IsInputError(err error) bool {
-	var fe *safetensors.FormatError
-	var ue *safetensors.UnsupportedError
-	return errors.As(err, &fe) || errors.As(err, &ue)
-}
