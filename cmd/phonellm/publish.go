@@ -53,12 +53,13 @@ Without FILES, the workspace's newest quantized GGUFs are published to the works
 					return usageError("no FILES given and no workspace here")
 				}
 				for _, r := range ws.State.Records {
-					if r.Stage != "quantize" {
+					if r.Stage != "quantize" || r.OneOff {
 						continue
 					}
 					for _, art := range r.Artifacts {
-						if art.Kind == "gguf" && !containsStr(files, ws.Path(art.Path)) {
-							files = append(files, ws.Path(art.Path))
+						p := ws.Path(art.Path)
+						if _, err := os.Stat(p); art.Kind == "gguf" && err == nil && !containsStr(files, p) {
+							files = append(files, p)
 						}
 					}
 				}
