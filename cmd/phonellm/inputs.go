@@ -42,9 +42,13 @@ func (m *modelInput) close() {
 	}
 }
 
-// findWorkspace returns the workspace of PHONELLM_WORKSPACE or the current folder, or nil when there is none.
-func findWorkspace() (*workspace.Workspace, error) {
-	dir := getenv("PHONELLM_WORKSPACE", ".")
+// findWorkspace returns the workspace the command runs in (the app's, when one was given: demo), else the one
+// of PHONELLM_WORKSPACE or the current folder, or nil when there is none.
+func (a *app) findWorkspace() (*workspace.Workspace, error) {
+	dir := a.workspace
+	if dir == "" {
+		dir = getenv("PHONELLM_WORKSPACE", ".")
+	}
 	ws, err := workspace.Find(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -172,7 +176,7 @@ func isGGUFFile(p string) bool {
 // is still on disk), else its base with the project's adapters merged on the fly. loras given on the command
 // line are applied on the fly in every case (instead of the project's).
 func resolveModelInput(a *app, model string, loras []string) (*modelInput, error) {
-	ws, err := findWorkspace()
+	ws, err := a.findWorkspace()
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ merge on the fly with --lora.`,
 			if err != nil {
 				return err
 			}
-			ws, err := findWorkspace()
+			ws, err := a.findWorkspace()
 			if err != nil {
 				return err
 			}

@@ -40,7 +40,7 @@ func resolveGGUF(a *app, arg string) (string, error) {
 		f.Close()
 		return arg, nil
 	}
-	ws, err := findWorkspace()
+	ws, err := a.findWorkspace()
 	if err != nil {
 		return "", err
 	}

@@ -43,7 +43,7 @@ meant (size and sha256). Prints the commit URL and the resolve URLs with sha256 
 
 Without FILES, the workspace's newest quantized GGUFs are published to the workspace's hub.repo.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := findWorkspace()
+			ws, err := a.findWorkspace()
 			if err != nil {
 				return err
 			}

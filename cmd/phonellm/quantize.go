@@ -49,7 +49,7 @@ Types: ` + strings.Join(fileTypeNames(), ", ") + ` (case-insensitive).`,
 			if len(args) == 1 {
 				name = args[0]
 			} else {
-				ws, err := findWorkspace()
+				ws, err := a.findWorkspace()
 				if err != nil {
 					return err
 				}
@@ -147,7 +147,7 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 	if threads == 0 {
 		fmt.Sscan(getenv("PHONELLM_THREADS", "0"), &threads)
 	}
-	ws, err := findWorkspace()
+	ws, err := a.findWorkspace()
 	if err != nil {
 		return err
 	}

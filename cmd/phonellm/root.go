@@ -15,6 +15,10 @@ type app struct {
 	io      *ui.Streams
 	ctx     context.Context
 	noColor bool
+	// workspace, when set, is the workspace folder commands use instead of PHONELLM_WORKSPACE or the current
+	// folder: the demo runs its steps in its own workspace this way, without changing the process's
+	// environment or working directory.
+	workspace string
 }
 
 func (a *app) reporter() *ui.Reporter { return ui.NewReporter(a.io) }
@@ -145,7 +149,12 @@ func register(group string, make func(*app) *cobra.Command) {
 
 // run executes the command line and returns the exit code.
 func run(ctx context.Context, args []string, s *ui.Streams) int {
-	a := &app{io: s, ctx: ctx}
+	return runIn(ctx, args, s, "")
+}
+
+// runIn is run with the commands' workspace folder given (see app.workspace); "" finds it as usual.
+func runIn(ctx context.Context, args []string, s *ui.Streams, workspace string) int {
+	a := &app{io: s, ctx: ctx, workspace: workspace}
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	_, err := root.ExecuteContextC(ctx)

@@ -39,7 +39,7 @@ feed later stages. 'phonellm reset STAGE' forgets a stage's runs; --force on mer
 one that is up to date.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := findWorkspace()
+			ws, err := a.findWorkspace()
 			if err != nil {
 				return err
 			}
@@ -89,7 +89,7 @@ func newResetCmd(a *app) *cobra.Command {
 .phonellm/state.json: their next runs start over, and later stages no longer read their outputs. Files are left
 where they are; reset prints the outputs the forgotten runs wrote, so you can remove them yourself.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := findWorkspace()
+			ws, err := a.findWorkspace()
 			if err != nil {
 				return err
 			}

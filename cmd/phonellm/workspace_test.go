@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 )
@@ -214,5 +215,26 @@ func TestInputMistakes(t *testing.T) {
 		if code != c.code || !strings.Contains(e, c.want) || strings.Count(strings.TrimSpace(e), "\n") != 0 {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line with %q", c.args, code, e, c.code, c.want)
 		}
+	}
+}
+
+// TestRunInWorkspace: the demo's way of running steps in its workspace changes neither the environment nor
+// the working directory of the process.
+func TestRunInWorkspace(t *testing.T) {
+	ws, _ := newTestWorkspace(t)
+	t.Setenv("PHONELLM_WORKSPACE", "")
+	wd, _ := os.Getwd()
+	var out, errb strings.Builder
+	if code := runIn(context.Background(), []string{"status", "--json"}, ui.Test(&out, &errb), ws); code != 0 {
+		t.Fatalf("status in %s: %d %s", ws, code, errb.String())
+	}
+	if !strings.Contains(out.String(), `"workspace": "`+ws+`"`) {
+		t.Errorf("status ran in another workspace: %s", out.String())
+	}
+	if now, _ := os.Getwd(); now != wd || os.Getenv("PHONELLM_WORKSPACE") != "" {
+		t.Errorf("working directory %s (was %s), PHONELLM_WORKSPACE %q", now, wd, os.Getenv("PHONELLM_WORKSPACE"))
+	}
+	if got := inWorkspace(ws, []string{"inspect", "--tensors=false", "base"}); got[2] != filepath.Join(ws, "base") {
+		t.Errorf("inWorkspace: %v", got)
 	}
 }
