@@ -21,11 +21,11 @@ type Report struct {
 
 // TensorReport lists the steps applied to one tensor, in order.
 type TensorReport struct {
-	Name  string     `json:"name"`
-	DType string     `json:"dtype"`
-	Shape []int64    `json:"shape"`
-	From  string     `json:"from,omitempty"` // base tensor the initial value comes from, when not Name
-	Ops   []OpReport `json:"ops"`
+	Name  string         `json:"name"`
+	DType pipeline.DType `json:"dtype"`
+	Shape []int64        `json:"shape"`
+	From  string         `json:"from,omitempty"` // base tensor the initial value comes from, when not Name
+	Ops   []OpReport     `json:"ops"`
 }
 
 // OpReport is one adapter's step on a tensor.
@@ -115,7 +115,7 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 // checkFloat makes sure a tensor that changes is a float tensor the merge can round back to.
 func checkFloat(pl *plan, name string) error {
 	switch pl.info.DType {
-	case "F32", "F16", "BF16":
+	case pipeline.F32, pipeline.F16, pipeline.BF16:
 		return nil
 	}
 	return unsupported("base", "tensor %q is %s: the adapter changes it, but only F32/F16/BF16 weights can be merged (a quantized base? merge into the 16-bit original)", name, pl.info.DType)

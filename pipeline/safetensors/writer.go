@@ -292,7 +292,7 @@ func EncodeFloat32(out io.Writer, dtype DType, src []float32) (int64, error) {
 	if !dtype.Float() {
 		return 0, fmt.Errorf("safetensors: cannot encode float32 as %s", dtype)
 	}
-	es := int(dtype.elemBytes())
+	es := int(elemBytes(dtype))
 	bp := scratchPool.Get().(*[]byte)
 	defer scratchPool.Put(bp)
 	buf := *bp
