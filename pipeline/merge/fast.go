@@ -103,12 +103,6 @@ func decode16(dtype pipeline.DType, dst []float32, b []byte) {
 	}
 }
 
-// bf16From32 rounds a float32 to bfloat16 bits, to nearest even.
-func bf16From32(f float32) uint16 {
-	b := math.Float32bits(f)
-	return uint16((b + 0x7FFF + (b>>16)&1) >> 16)
-}
-
 // encode16 rounds x to BF16 or F16 (nearest even) into dst and returns the index of the first value that is
 // not finite in the dtype, or -1.
 func encode16(dtype pipeline.DType, dst []byte, x []float32) int {
@@ -123,7 +117,7 @@ func encode16(dtype pipeline.DType, dst []byte, x []float32) int {
 				if math.Float32bits(x[j])&0x7F800000 == 0x7F800000 {
 					return j
 				}
-				h := bf16From32(x[j])
+				h := half.F32ToBF16(x[j])
 				if h&0x7F80 == 0x7F80 {
 					return j
 				}
