@@ -127,7 +127,7 @@ func (s *Source) load(ctx context.Context, pl *plan) (*loaded, error) {
 func (s *Source) columnNorms(ctx context.Context, pl *plan, ld *loaded, i int) error {
 	rows, cols := pl.info.Rows(), pl.info.RowLen()
 	ss := make([]float64, cols)
-	per := max(1, int64(blockBytes)/(4*max(cols, 1)))
+	per := max(1, int64(s.blockBytes)/(4*max(cols, 1)))
 	x := make([]float64, min(per, rows)*cols)
 	lo := &ld.ops[i]
 	for r0 := int64(0); r0 < rows; r0 += per {
@@ -155,8 +155,8 @@ func (s *Source) columnNorms(ctx context.Context, pl *plan, ld *loaded, i int) e
 	return nil
 }
 
-// blockBytes is the float32 size of the row blocks the output stage and the DoRA pass work in.
-var blockBytes = 4 << 20
+// defaultBlockBytes is the float32 size of the row blocks the output stage and the DoRA pass work in.
+const defaultBlockBytes = 4 << 20
 
 var blockPool = sync.Pool{New: func() any { return new([]float64) }}
 

@@ -35,6 +35,8 @@ type Options struct {
 	// HashCache is a folder remembering the sha256 of base files by their file-system identity (package
 	// hashcache), so a base merged before is not read again for the provenance hashes; "" = hash every time.
 	HashCache string
+
+	hashCache *hashcache.Cache // overrides HashCache (tests use a cache with no racy margin)
 }
 
 // Validate checks the options without touching files.
@@ -145,7 +147,11 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 
 	src.maps = mapBase(raw) // nil where mapping is impossible: then pread
 	hctx, hcancel := context.WithCancel(ctx)
-	hashes := startHashes(hctx, o.Base, ads, src.maps, hashcache.Open(o.HashCache))
+	cache := o.hashCache
+	if cache == nil {
+		cache = hashcache.Open(o.HashCache)
+	}
+	hashes := startHashes(hctx, o.Base, ads, src.maps, cache)
 	defer func() { // the hasher reads the maps: stop it before they go
 		hcancel()
 		hashes.wait()

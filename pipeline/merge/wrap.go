@@ -52,6 +52,9 @@ type Source struct {
 	outs     freeList[byte]          // encoded row blocks
 	raw      *safetensors.Checkpoint // the base's files, when the output stage reads them directly
 	maps     *baseMaps               // raw's files mapped, shared with the provenance hash (Run)
+	// blockBytes is the float32 size of the row blocks the output stage and the DoRA pass work in
+	// (defaultBlockBytes; tests make it small to exercise sub-blocks).
+	blockBytes int
 }
 
 var _ pipeline.TensorSource = (*Source)(nil)
@@ -103,7 +106,7 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 		return nil, nil, err
 	}
 	s := &Source{base: base, adapters: adapters, plans: p.plans, cache: newFactorCache(defaultCacheBytes),
-		f32s: newFreeList[float32](8), outs: newFreeList[byte](8)}
+		f32s: newFreeList[float32](8), outs: newFreeList[byte](8), blockBytes: defaultBlockBytes}
 	s.infos = slices.Clone(base.Tensors())
 	if untied && p.tied {
 		s.infos = append(s.infos, p.plans[lmHead].info)
@@ -213,7 +216,7 @@ func (s *Source) ReadRows(ctx context.Context, name string, row0, n int64, dst [
 		dst = make([]float32, n*cols)
 	}
 	// Sub-blocks keep the float64 scratch small whatever n the caller asks for.
-	per := max(1, int64(blockBytes)/(4*max(cols, 1)))
+	per := max(1, int64(s.blockBytes)/(4*max(cols, 1)))
 	for r := row0; r < row0+n; r += per {
 		k := min(per, row0+n-r)
 		part := dst[(r-row0)*cols : (r-row0+k)*cols]

@@ -222,7 +222,7 @@ func produce(ctx context.Context, src *Source, raw *safetensors.Checkpoint, shar
 					size, step = 0, 1 // fill reports the error
 				} else {
 					size = pl.info.Rows()
-					step = max(1, int64(blockBytes)/(4*max(pl.info.RowLen(), 1)))
+					step = max(1, int64(src.blockBytes)/(4*max(pl.info.RowLen(), 1)))
 				}
 			}
 			for off := int64(0); off == 0 || off < size; off += step {

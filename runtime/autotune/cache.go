@@ -49,8 +49,8 @@ func (k Key) equal(o Key) bool {
 		k.GenerateTokens == o.GenerateTokens && k.Repeats == o.Repeats && k.Workload == o.Workload
 }
 
-// cpuInfoPath is read for the CPU model name (a variable for tests).
-var cpuInfoPath = "/proc/cpuinfo"
+// cpuInfoPath is read for the CPU model name.
+const cpuInfoPath = "/proc/cpuinfo"
 
 func makeKey(o Options) (Key, error) {
 	abs, err := filepath.Abs(o.Model)
@@ -64,7 +64,7 @@ func makeKey(o Options) (Key, error) {
 	if !st.Mode().IsRegular() {
 		return Key{}, fmt.Errorf("autotune: model %s is not a regular file", abs)
 	}
-	k := Key{Model: abs, ModelSize: st.Size(), CPU: cpuModel(), NumCPU: runtime.NumCPU(), GOARCH: runtime.GOARCH,
+	k := Key{Model: abs, ModelSize: st.Size(), CPU: cpuModel(cpuInfoPath), NumCPU: runtime.NumCPU(), GOARCH: runtime.GOARCH,
 		Version: o.Version, Candidates: slices.Clone(o.Candidates), PromptTokens: o.PromptTokens,
 		GenerateTokens: o.GenerateTokens, Repeats: o.Repeats, Workload: o.Workload}
 	if o.HashModel {
@@ -85,8 +85,8 @@ func fileSHA256(path string) (string, error) {
 	return sum, nil
 }
 
-// cpuModel is the first "model name" of /proc/cpuinfo, or "unknown".
-func cpuModel() string {
+// cpuModel is the first "model name" of a cpuinfo file (/proc/cpuinfo), or "unknown".
+func cpuModel(cpuInfoPath string) string {
 	f, err := os.Open(cpuInfoPath)
 	if err != nil {
 		return "unknown"

@@ -29,7 +29,8 @@ type Model struct {
 	Tensors    []Tensor
 	Dropped    []string // checkpoint tensors deliberately not converted (vision tower, MTP, rotary caches)
 
-	closer io.Closer
+	closer     io.Closer
+	blockElems int64 // Options.BlockElems
 }
 
 // Close releases the checkpoint files opened by Load (not an Options.Source).
@@ -130,6 +131,7 @@ func Load(dir string, o Options) (*Model, error) {
 	if ckpt != nil {
 		m.closer = ckpt
 	}
+	m.blockElems = o.BlockElems
 	return m, nil
 }
 
