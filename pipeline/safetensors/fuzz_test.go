@@ -3,19 +3,18 @@ package safetensors
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the fuzz seed files in testdata/")
+	"github.com/phonellm/phonellm/internal/testkit/golden"
+)
 
 // TestSeedFiles writes (with -update) or checks the committed seed corpus.
 func TestSeedFiles(t *testing.T) {
-	if *update {
+	if golden.Update() {
 		writeSeed(t, "sample.safetensors", func(p string) { writeSample(t, p, false) })
 		writeSeed(t, "empty.safetensors", func(p string) {
 			w, err := Create(p, nil, nil)
