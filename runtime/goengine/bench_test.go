@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/runtime/bench"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
@@ -120,7 +121,7 @@ func BenchmarkEngine(b *testing.B) {
 // alternating with node-llama-cpp kept loaded) on a tiny model; it needs
 // the oracle.
 func TestCompareWithLlamaCpp(t *testing.T) {
-	dir := oracleDir(t)
+	dir := oracle.RequireModule(t, oracle.EnvDir, "node-llama-cpp/package.json")
 	e := load(t, tinySpec{arch: "qwen3", seed: 51}, Options{ContextLength: 1024})
 	r, err := bench.Compare(context.Background(), e, bench.CompareOptions{OracleDir: dir, PromptTokens: 200, GenerateTokens: 16})
 	if err != nil {
