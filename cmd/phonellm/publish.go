@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // FileName is the project file at the root of a workspace.
