@@ -39,17 +39,23 @@ feed later stages. 'phonellm reset STAGE' forgets a stage's runs; --force on mer
 one that is up to date.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := a.findWorkspace()
+			ws, err := a.requireWorkspace()
 			if err != nil {
 				return err
-			}
-			if ws == nil {
-				return usageError("no workspace here (run 'phonellm init --base DIR', or set PHONELLM_WORKSPACE)")
 			}
 			res := statusResult{Workspace: ws.Root, Project: ws.Project, Stages: ws.Status()}
 			return a.io.Result(res, func(w io.Writer) { printWorkspaceStatus(w, ws, res) })
 		},
 	}
+}
+
+// requireWorkspace is findWorkspace for commands that make no sense without one.
+func (a *app) requireWorkspace() (*workspace.Workspace, error) {
+	ws, err := a.findWorkspace()
+	if err == nil && ws == nil {
+		err = usageError("no workspace here (run 'phonellm init --base DIR', or set PHONELLM_WORKSPACE)")
+	}
+	return ws, err
 }
 
 func printWorkspaceStatus(w io.Writer, ws *workspace.Workspace, r statusResult) {
@@ -89,12 +95,9 @@ func newResetCmd(a *app) *cobra.Command {
 .phonellm/state.json: their next runs start over, and later stages no longer read their outputs. Files are left
 where they are; reset prints the outputs the forgotten runs wrote, so you can remove them yourself.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := a.findWorkspace()
+			ws, err := a.requireWorkspace()
 			if err != nil {
 				return err
-			}
-			if ws == nil {
-				return usageError("no workspace here (run 'phonellm init --base DIR', or set PHONELLM_WORKSPACE)")
 			}
 			known := map[string]bool{}
 			for _, g := range workspace.Stages {
