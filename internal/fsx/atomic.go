@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -161,6 +162,19 @@ func WriteFile(path string, data []byte) (string, error) {
 	}
 	sum := f.Sum()
 	return sum, f.Commit()
+}
+
+// WriteJSON writes v as indented JSON (two spaces, a final newline) to path atomically, creating its folder,
+// and returns the file's sha256: the state and cache files (workspace state, auto-tune results) are written so.
+func WriteJSON(path string, v any) (string, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	return WriteFile(path, append(b, '\n'))
 }
 
 // HashFile returns the size and hex sha256 of a file.

@@ -101,3 +101,13 @@ func TestWriteAfterWriteAt(t *testing.T) {
 		t.Fatalf("sum %q after WriteAt", f.Sum())
 	}
 }
+
+func TestWriteJSON(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a", "b", "state.json")
+	if _, err := WriteJSON(p, map[string]int{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "{\n  \"x\": 1\n}\n" {
+		t.Fatalf("%q", b)
+	}
+}

@@ -194,14 +194,7 @@ func (w *Workspace) Record(r Record) error {
 // save writes the state file atomically.
 func (w *Workspace) save() error {
 	w.State.Version = 1
-	b, err := json.MarshalIndent(w.State, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Join(w.Root, ".phonellm"), 0o755); err != nil {
-		return err
-	}
-	_, err = fsx.WriteFile(filepath.Join(w.Root, stateFile), append(b, '\n'))
+	_, err := fsx.WriteJSON(filepath.Join(w.Root, stateFile), w.State)
 	return err
 }
 

@@ -158,13 +158,6 @@ func loadCache(path string, k Key) (Result, error) {
 // storeCache writes r to path atomically (package fsx: temporary file in the same directory, fsync, rename,
 // fsync of the directory).
 func storeCache(path string, r Result) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	_, err = fsx.WriteFile(path, append(b, '\n'))
+	_, err := fsx.WriteJSON(path, r)
 	return err
 }
