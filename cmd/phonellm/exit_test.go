@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/testkit/tinygguf"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/eval"
 	"github.com/phonellm/phonellm/pipeline/fit"
@@ -103,5 +104,23 @@ func TestExitCodesEndToEnd(t *testing.T) {
 		if n := strings.Count(errOut, "--help')"); n > 1 {
 			t.Errorf("%v: the usage hint is printed %d times: %q", c.args, n, errOut)
 		}
+	}
+}
+
+// TestErrorPrintedOnce is issue 13 item 8: an error inside a stage's progress step is printed once (the step
+// is only marked failed), as the last line.
+func TestErrorPrintedOnce(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "tiny.gguf")
+	if err := tinygguf.Write(model, tinygguf.Spec{Seed: 1}); err != nil { // head size 16: no q4_0 KV cache
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI(t, context.Background(), "fit", model, "--kv-type", "q4_0")
+	if code != exitBadInput {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	last := strings.TrimPrefix(lines[len(lines)-1], "error: ")
+	if n := strings.Count(errOut, last); n != 1 {
+		t.Errorf("the error is printed %d times:\n%s", n, errOut)
 	}
 }
