@@ -92,6 +92,10 @@ func TestOneOffOutputsStayOut(t *testing.T) {
 		t.Errorf("skipped quantize prints %q", text)
 	}
 
+	if code, _, e := runCLI(t, context.Background(), "-v", "fit"); code != 0 || !strings.Contains(e, "reads model "+q1.Artifacts[0].Path+" (the workspace's quantize output)") {
+		t.Errorf("-v fit does not name its input: %d %s", code, e)
+	}
+
 	m, errOut := runJSON(t, "merge")
 	if !samePath(m.Out, filepath.Join(ws, "tiny-merged")) || !strings.Contains(errOut, "up to date") {
 		t.Errorf("plain merge after a one-off: out %q, %s", m.Out, errOut)
