@@ -242,3 +242,23 @@ func TestRunInWorkspace(t *testing.T) {
 		t.Errorf("inWorkspace: %v", got)
 	}
 }
+
+// TestConvertChecksBeforeItRecords: convert used to record its run but never looked before converting again.
+func TestConvertChecksBeforeItRecords(t *testing.T) {
+	newTestWorkspace(t)
+	first, errOut := runJSON(t, "convert", "--outtype", "f16")
+	if strings.Contains(errOut, "up to date") {
+		t.Fatalf("first convert skipped: %s", errOut)
+	}
+	again, errOut := runJSON(t, "convert", "--outtype", "f16")
+	if !strings.Contains(errOut, "up to date") || again.Artifacts[0].SHA256 != first.Artifacts[0].SHA256 {
+		t.Errorf("second convert: %s %+v", errOut, again.Artifacts)
+	}
+	if _, errOut := runJSON(t, "convert", "--outtype", "f16", "--force"); strings.Contains(errOut, "up to date") {
+		t.Errorf("convert --force skipped: %s", errOut)
+	}
+	// A plain quantize now reads the converted GGUF (newer than any merge).
+	if _, errOut := runJSON(t, "-v", "quantize"); !strings.Contains(errOut, "reads gguf") || !strings.Contains(errOut, "the workspace's convert output") {
+		t.Errorf("quantize after convert: %s", errOut)
+	}
+}
