@@ -215,7 +215,7 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 		return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, true) })
 	}
 	opts := map[string]any{"type": ft.String(), "pure": ov.Pure, "requant": ov.AllowRequantize, "tensor_types": fl.tensorTypes,
-		"output_type": fl.outputType, "embd_type": fl.embdType, "out": out}
+		"output_type": fl.outputType, "embd_type": fl.embdType, "out": out, "keep_mtp": fl.keepMTP}
 	fromOf := map[string]string{"gguf": from}
 	if in != nil {
 		fromOf = in.stageFrom()
