@@ -12,6 +12,7 @@ import (
 
 	"github.com/phonellm/phonellm/internal/testkit/tinygguf"
 	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/deploy"
 	"github.com/phonellm/phonellm/pipeline/eval"
 	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
@@ -48,6 +49,10 @@ func TestExitCodeFromClass(t *testing.T) {
 		{&eval.FormatError{File: "x", Msg: "x"}, exitBadInput},
 		{&engine.UnsupportedError{Path: "x", Reason: "x"}, exitBadInput},
 		{&eval.GateError{Reasons: []string{"x"}}, exitVerdict},
+		{&deploy.SpecError{Msg: "x"}, exitBadInput},
+		{&deploy.BundleError{Msg: "x"}, exitBadInput},
+		{&deploy.FleetError{Err: errors.New("x")}, exitRemote},
+		{&deploy.NotFitError{Model: "x"}, exitVerdict},
 		{&publish.HubError{Op: "commit", Status: http.StatusForbidden}, exitRemote},
 		{&hfhub.HTTPError{Op: "download", Status: http.StatusBadGateway}, exitRemote},
 		{&hfhub.IntegrityError{Path: "x"}, exitRemote},
