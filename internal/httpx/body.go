@@ -101,6 +101,17 @@ func ReadBody(r *http.Request, limit int64, budget *Budget) (body []byte, releas
 	}
 }
 
+// ClientGone reports whether a ReadBody error means the client went away (nobody reads an answer then). A
+// read timeout is not that, although net/http cancels the request's context for it too: the slow client
+// gets its 408.
+func ClientGone(r *http.Request, err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	return r.Context().Err() != nil
+}
+
 // BodyError turns a ReadBody error into the answer for the client.
 func BodyError(err error, readTimeout time.Duration) *Error {
 	var mbe *http.MaxBytesError

@@ -71,6 +71,16 @@ func WriteError(w http.ResponseWriter, e *Error) {
 	_ = json.NewEncoder(w).Encode(ErrorBody(e))
 }
 
+// Reject sends e without reading r's body. Unless the body is known to be empty the connection is closed
+// after the answer: net/http would otherwise read up to 256 KiB of the unread body before sending anything,
+// waiting on a client that sends it slowly, and the refusal would come only when the read timeout fires.
+func Reject(w http.ResponseWriter, r *http.Request, e *Error) {
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		w.Header().Set("Connection", "close")
+	}
+	WriteError(w, e)
+}
+
 // ErrorBody is the JSON value OpenAI sends for e: {"error": e}. Streams send it as an event.
 func ErrorBody(e *Error) any { return map[string]*Error{"error": e} }
 

@@ -29,13 +29,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) { s.serveGe
 func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 	b := s.current()
 	if b == nil {
-		httpx.WriteError(w, modelLoading())
+		httpx.Reject(w, r, modelLoading())
 		return
 	}
 	leave, apiErr := s.enter()
 	if apiErr != nil {
 		s.m.reject()
-		httpx.WriteError(w, apiErr)
+		httpx.Reject(w, r, apiErr)
 		return
 	}
 	defer leave()

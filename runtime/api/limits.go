@@ -245,8 +245,8 @@ func decodeJSON(body []byte, v any) *httpx.Error {
 
 // readError answers a failed body read, unless the client is gone.
 func (s *Server) readError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
+	if httpx.ClientGone(r, err) {
 		return
 	}
-	httpx.WriteError(w, httpx.BodyError(err, s.o.HTTP.WithDefaults().ReadTimeout))
+	httpx.Reject(w, r, httpx.BodyError(err, s.o.HTTP.WithDefaults().ReadTimeout))
 }

@@ -73,7 +73,7 @@ type Server struct {
 	limit    int // slots + queue
 	nslots   int
 	handler  http.Handler
-	inflight int // generation requests anywhere between arrival and their answer
+	inflight int // generation requests anywhere between arrival and their answer (for tests and checks)
 }
 
 type engineBox struct {
@@ -120,7 +120,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteError(w, httpx.NotFound(r))
+		httpx.Reject(w, r, httpx.NotFound(r))
 	})
 	s.handler = s.wrap(mux)
 	return s
@@ -184,7 +184,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 				"duration", time.Since(start).Round(time.Millisecond))
 		}()
 		if s.keys.Enabled() && endpoint != "/health" && endpoint != "/v1/health" && !s.keys.Authorized(r) {
-			httpx.WriteError(sw, httpx.Unauthorized())
+			httpx.Reject(sw, r, httpx.Unauthorized())
 			return
 		}
 		next.ServeHTTP(sw, r)
@@ -290,13 +290,16 @@ func (s *Server) checkModel(b *engineBox, name string) *httpx.Error {
 	return modelNotFound(name)
 }
 
-// enter counts a generation request from its arrival: when the requests
-// already between arrival and answer fill every slot and the queue, it is
-// refused at once, before its body is read or tokenized. leave undoes it.
+// enter refuses a generation request at once, before its body is read or
+// tokenized, when every slot and the queue are taken, and otherwise counts
+// it until leave. Requests still reading their body or waiting to be
+// prepared do not take a queue place (a few slow clients must not lock the
+// others out); they are bounded by the body budget, the connection cap and
+// the timeouts, and take their place in acquire.
 func (s *Server) enter() (leave func(), apiErr *httpx.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.limit > 0 && s.inflight >= s.limit+cap(s.prep) {
+	if s.busy+s.queued >= s.limit {
 		return nil, s.queueFull()
 	}
 	s.inflight++

@@ -190,7 +190,7 @@ func New(o Options) (*Gateway, error) {
 	mux.HandleFunc("GET /v1/models", g.serveModels)
 	mux.HandleFunc("GET /v1/models/{id...}", g.serveModel)
 	mux.HandleFunc("/v1/", g.proxy)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { httpx.WriteError(w, httpx.NotFound(r)) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { httpx.Reject(w, r, httpx.NotFound(r)) })
 	g.handler = g.wrap(mux)
 	return g, nil
 }
@@ -236,7 +236,7 @@ func (g *Gateway) wrap(next http.Handler) http.Handler {
 		if g.keys.Enabled() {
 			i := g.keys.Match(r)
 			if i < 0 {
-				httpx.WriteError(sw, httpx.Unauthorized())
+				httpx.Reject(sw, r, httpx.Unauthorized())
 				return
 			}
 			client = "key " + strconv.Itoa(i)
@@ -254,7 +254,7 @@ func (g *Gateway) wrap(next http.Handler) http.Handler {
 					"Rate limit reached for this %s: %s requests per second (bursts of %d); retry after %s s.",
 					what, strconv.FormatFloat(g.o.RateLimit, 'g', -1, 64), g.o.RateBurst, httpx.RetryAfterSeconds(wait))
 				e.RetryAfter = wait
-				httpx.WriteError(sw, e)
+				httpx.Reject(sw, r, e)
 				return
 			}
 		}

@@ -45,8 +45,8 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	body, release, err := httpx.ReadBody(r, g.o.MaxBodyBytes, g.budget)
 	defer release()
 	if err != nil {
-		if r.Context().Err() == nil {
-			httpx.WriteError(w, httpx.BodyError(err, g.o.HTTP.WithDefaults().ReadTimeout))
+		if !httpx.ClientGone(r, err) {
+			httpx.Reject(w, r, httpx.BodyError(err, g.o.HTTP.WithDefaults().ReadTimeout))
 		}
 		return
 	}
