@@ -222,7 +222,13 @@ func serveAPIKey(flagKey, envName string) (string, error) {
 // else none.
 func clientAPIKey(envName string) (string, error) {
 	if envName == "" {
-		return getenv("PHONELLM_API_KEY", ""), nil
+		key := getenv("PHONELLM_API_KEY", "")
+		if key != "" {
+			if _, err := httpx.NewKeys(key); err != nil {
+				return "", usageError("PHONELLM_API_KEY: %v", err)
+			}
+		}
+		return key, nil
 	}
 	key, err := httpx.APIKeyFromEnv(envName)
 	if err != nil {

@@ -129,6 +129,11 @@ func TestServeAPIKeyEnvFailsClosed(t *testing.T) {
 	if code != exitUsage {
 		t.Errorf("--api-key with --api-key-env: exit %d (%s)", code, errOut)
 	}
+	// A key nobody could send (clients' tokens are trimmed) is refused too, rather than locking everyone out.
+	t.Setenv("PHONELLM_API_KEY", "key-with-newline\n")
+	if code, _, errOut = runCLI(t, context.Background(), "serve", model); code != exitUsage || !strings.Contains(errOut, "PHONELLM_API_KEY") {
+		t.Errorf("PHONELLM_API_KEY with a newline: exit %d (%s)", code, errOut)
+	}
 }
 
 // TestServeRealModel runs serve on a tiny real GGUF: /v1/models says no more than id, owned_by and created;
