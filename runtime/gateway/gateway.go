@@ -198,12 +198,14 @@ func New(o Options) (*Gateway, error) {
 func newTransport() *http.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 nil, // replicas are addressed directly, never through HTTP_PROXY
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
+		Proxy:               nil, // replicas are addressed directly, never through HTTP_PROXY
+		DialContext:         d.DialContext,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		// Below the replicas' own idle timeout (phonellm serve: 60 s), so the gateway drops an idle connection
+		// before the replica does and never sends a request into one being closed.
+		IdleConnTimeout:       30 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		// Bodies pass through as the replica sent them; the client's Accept-Encoding is forwarded.
