@@ -33,8 +33,7 @@ type ServerOptions struct {
 	// ShutdownTimeout is how long Serve lets requests in flight finish once its context ends (default 10 s);
 	// then their contexts are cancelled and the connections closed.
 	ShutdownTimeout time.Duration
-	// ErrorLog receives net/http's own errors; nil discards them (a server facing the internet sees TLS
-	// probes and garbage that are not worth a line each).
+	// ErrorLog receives net/http's own errors (a handler's panic, accept failures); nil discards them.
 	ErrorLog *log.Logger
 }
 

@@ -156,7 +156,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // connection-level limits of Options.HTTP: header, body, idle and per-write
 // timeouts, a header size cap and a cap on open connections.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	return httpx.Serve(ctx, ln, s.handler, s.o.HTTP)
+	o := s.o.HTTP
+	if o.ErrorLog == nil {
+		o.ErrorLog = slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelWarn) // net/http's own complaints
+	}
+	return httpx.Serve(ctx, ln, s.handler, o)
 }
 
 // wrap adds authentication, metrics and logging.

@@ -383,7 +383,11 @@ func (g *Gateway) Close() error {
 // Options.HTTP.ShutdownTimeout (10 s by default). Connections get the limits of Options.HTTP: header, body,
 // idle and per-write timeouts, a header size cap and a cap on open connections.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	if err := httpx.Serve(ctx, ln, g, g.o.HTTP); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	o := g.o.HTTP
+	if o.ErrorLog == nil {
+		o.ErrorLog = slog.NewLogLogger(g.o.Logger.Handler(), slog.LevelWarn) // net/http's own complaints
+	}
+	if err := httpx.Serve(ctx, ln, g, o); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("gateway: serve %s: %w", ln.Addr(), err)
 	}
 	return nil
