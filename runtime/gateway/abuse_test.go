@@ -26,9 +26,10 @@ func TestAbuse(t *testing.T) {
 			api.Options{QueueSize: 8})
 		reps = append(reps, Replica{URL: f.URL()})
 	}
-	// One key for every attacker: a burst large enough that the 160 held bodies all reach the body reader
-	// (the rate limit has its own tests); the crowd still meets it.
-	g, err := New(Options{APIKeys: []string{"gateway-abuse-key"}, HealthInterval: 50 * time.Millisecond, QueueSize: 32, RateBurst: 400,
+	// One key for every attacker, limited to 20 requests a second in bursts of 400: the 160 held bodies all
+	// reach the body reader, and the crowd meets the limit (the rate limit has its own tests too).
+	g, err := New(Options{APIKeys: []string{"gateway-abuse-key"}, HealthInterval: 50 * time.Millisecond, QueueSize: 32,
+		RateLimit: 20, RateBurst: 400,
 		HTTP: httpx.ServerOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 3 * time.Second, IdleTimeout: 2 * time.Second,
 			WriteTimeout: 2 * time.Second, ShutdownTimeout: time.Second}})
 	if err != nil {

@@ -26,8 +26,7 @@ func TestFailoverKillRestart(t *testing.T) {
 		reps = append(reps, f)
 		rs = append(rs, Replica{URL: f.URL()})
 	}
-	// 200 requests at once from one address: far over the default rate limit, which is not under test here.
-	g, ts := newGateway(t, Options{HealthInterval: 25 * time.Millisecond, EjectBase: 200 * time.Millisecond, RateLimit: -1}, rs...)
+	g, ts := newGateway(t, Options{HealthInterval: 25 * time.Millisecond, EjectBase: 200 * time.Millisecond}, rs...)
 	waitLive(t, g, 3)
 	if s := g.Replicas()[0].Slots; s != 2 {
 		t.Fatalf("slots learned from /health = %d, want 2", s)

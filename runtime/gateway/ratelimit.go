@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// Defaults of Options.RateLimit and Options.RateBurst: far above what a fleet of phones serves (a 7,000-token
-// prompt takes seconds per slot), so they only stop one client flooding the queue that every client shares.
+// Defaults of Options.RateLimit and Options.RateBurst. A fleet of phones serves a request per slot every few
+// seconds (a 7,000-token prompt), so a client sending more than 100 a second is flooding, while a batch job
+// that sends a thousand requests at once is a client the queue is there for: the bucket lets it through.
 const (
-	DefaultRateLimit = 10
-	DefaultRateBurst = 100
+	DefaultRateLimit = 100
+	DefaultRateBurst = 1000
 )
 
 // limiter is a token bucket per client, the buckets in a bounded LRU: when max clients are tracked the one
