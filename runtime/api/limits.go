@@ -185,6 +185,7 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 			return nil, httpx.BadRequest(param, "", "%s", httpx.CapText(err.Error(), 512))
 		}
 		greq.Tokens = toks
+		greq.Prompt = "" // the tokens say it all: a queued request holds no second copy of its text
 	}
 	for _, t := range greq.Tokens {
 		if t < 0 || int(t) >= info.VocabSize {

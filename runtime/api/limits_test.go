@@ -230,3 +230,32 @@ func TestQueueFullRefusedBeforeReading(t *testing.T) {
 	<-holds
 	<-holds
 }
+
+// limitErr is what a bounded template engine returns when a render runs out of a budget.
+type limitErr struct{}
+
+func (limitErr) Error() string       { return "loop iterations over 100000" }
+func (limitErr) LimitExceeded() bool { return true }
+
+// TestTemplateErrors: a template that refuses the messages (raise_exception) is the client's 400; a template
+// that runs out of a limit is the model's fault, a 500; a template cut by the request's timeout is a 504.
+func TestTemplateErrors(t *testing.T) {
+	const tmpl = `{%- for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('tool messages are not supported') }}{% endif %}{{ m.content }}{% endfor %}`
+	ts, _, _ := newServer(t, enginetest.Options{ChatTemplate: tmpl}, Options{})
+	resp := post(t, ts.URL+"/v1/chat/completions", "", map[string]any{"messages": []any{map[string]any{"role": "tool", "content": "x"}}})
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "tool messages are not supported") || !strings.Contains(string(b), `"param":"messages"`) {
+		t.Errorf("raise_exception: %d %s", resp.StatusCode, b)
+	}
+	ctx := context.Background()
+	if e := templateError(ctx, fmt.Errorf("engine: render chat template: %w", limitErr{})); e.Status != 500 || *e.Code != "template_limit" {
+		t.Errorf("limit error: %+v", e)
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, time.Nanosecond, errRequestTimeout)
+	defer cancel()
+	<-tctx.Done()
+	if e := templateError(tctx, context.DeadlineExceeded); e.Status != 504 {
+		t.Errorf("timeout: %+v", e)
+	}
+}
