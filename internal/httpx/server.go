@@ -28,7 +28,8 @@ type ServerOptions struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds the request headers (default 64 KiB).
 	MaxHeaderBytes int
-	// MaxConns bounds the open connections (default 1024); further clients wait in the accept queue.
+	// MaxConns bounds the open connections (default 1024; negative: no bound); further clients wait in the
+	// accept queue.
 	MaxConns int
 	// ShutdownTimeout is how long Serve lets requests in flight finish once its context ends (default 10 s);
 	// then their contexts are cancelled and the connections closed.
