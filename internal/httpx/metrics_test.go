@@ -99,3 +99,24 @@ func TestCapText(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCapText: whatever a remote party sends, the text kept is valid UTF-8, on one line, without control or
+// format characters, and at most max bytes plus the ellipsis.
+func FuzzCapText(f *testing.F) {
+	f.Add("plain", 10)
+	f.Add("two\nlines\x1b[2J\u202e", 5)
+	f.Add("\xff\xfe\xfd", 1)
+	f.Add(strings.Repeat("é", 100), 7)
+	f.Fuzz(func(t *testing.T, s string, limit int) {
+		limit %= 1024
+		got := CapText(s, limit)
+		if !utf8.ValidString(got) || len(got) > max(limit, 0)+len("…") {
+			t.Fatalf("CapText(%q, %d) = %q", s, limit, got)
+		}
+		for _, r := range strings.TrimSuffix(got, "…") {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || (r != ' ' && unicode.IsSpace(r)) {
+				t.Fatalf("CapText(%q, %d) kept %U", s, limit, r)
+			}
+		}
+	})
+}
