@@ -25,8 +25,10 @@ func TestAbuse(t *testing.T) {
 	before := memstat.PeakRSS()
 	f := enginetest.NewFake(enginetest.Options{Parallel: 2, ContextLength: 2048, TokenDelay: time.Millisecond})
 	s := New(Options{APIKey: "abuse-test-key", QueueSize: 16, RequestTimeout: time.Minute,
-		HTTP: httpx.ServerOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, IdleTimeout: 2 * time.Second,
-			WriteTimeout: 2 * time.Second, ShutdownTimeout: time.Second}})
+		// Short enough that the slow attacks end within seconds, long enough that a well-formed client
+		// of this same process, descheduled on a loaded machine, still sends its headers in time.
+		HTTP: httpx.ServerOptions{ReadHeaderTimeout: 3 * time.Second, ReadTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+			WriteTimeout: 5 * time.Second, ShutdownTimeout: time.Second}})
 	s.SetEngine(f)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

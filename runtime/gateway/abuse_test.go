@@ -30,8 +30,10 @@ func TestAbuse(t *testing.T) {
 	// reach the body reader, and the crowd meets the limit (the rate limit has its own tests too).
 	g, err := New(Options{APIKeys: []string{"gateway-abuse-key"}, HealthInterval: 50 * time.Millisecond, QueueSize: 32,
 		RateLimit: 20, RateBurst: 400,
-		HTTP: httpx.ServerOptions{ReadHeaderTimeout: time.Second, ReadTimeout: 3 * time.Second, IdleTimeout: 2 * time.Second,
-			WriteTimeout: 2 * time.Second, ShutdownTimeout: time.Second}})
+		// Short enough that the slow attacks end within seconds, long enough that a well-formed client
+		// of this same process, descheduled on a loaded machine, still sends its headers in time.
+		HTTP: httpx.ServerOptions{ReadHeaderTimeout: 3 * time.Second, ReadTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+			WriteTimeout: 5 * time.Second, ShutdownTimeout: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
