@@ -181,7 +181,7 @@ func TestServeRealModel(t *testing.T) {
 		t.Fatalf("chat: %d %s", code, b)
 	}
 	// A special-token flood and a prompt larger than the context: answered with 400s, the server stays up.
-	flood := strings.Repeat(`<|im_start|>user\nx<|im_end|>\n`, 300)
+	flood := strings.Repeat(`<|im_start|>user\nx<|im_end|>\n`, 2000) // issue 14: 62 KB, 60 s of CPU before
 	code, b = call("POST", "/v1/completions", `{"prompt":"`+flood+`","max_tokens":1}`)
 	if code != 400 || !strings.Contains(string(b), "context_length_exceeded") {
 		t.Errorf("special-token flood: %d %s", code, b)

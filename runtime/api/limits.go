@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/phonellm/phonellm/internal/httpx"
+	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
@@ -179,10 +180,7 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 	if greq.Tokens == nil {
 		toks, err := b.e.Tokenize(ctx, greq.Prompt, true)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, contextError(ctx)
-			}
-			return nil, httpx.BadRequest(param, "", "%s", httpx.CapText(err.Error(), 512))
+			return nil, tokenizeError(ctx, err, info.ContextLength, chat)
 		}
 		greq.Tokens = toks
 		greq.Prompt = "" // the tokens say it all: a queued request holds no second copy of its text
@@ -216,6 +214,29 @@ func templateError(ctx context.Context, err error) *httpx.Error {
 		return serverError("template_limit", "The model's chat template exceeded a limit: %s", msg)
 	}
 	return httpx.BadRequest("messages", "", "the chat template rejected the messages: %s", msg)
+}
+
+// tokenizeError answers a failed tokenization: the request's timeout or the client leaving, text longer
+// than the context can hold (the tokenizer stops once it knows: a *tokenizer.LimitError, answered as OpenAI's
+// context_length_exceeded), or text the tokenizer refuses.
+func tokenizeError(ctx context.Context, err error, contextLength int, chat bool) *httpx.Error {
+	if ctx.Err() != nil {
+		return contextError(ctx)
+	}
+	param := "prompt"
+	if chat {
+		param = "messages"
+	}
+	var le *tokenizer.LimitError
+	if errors.As(err, &le) {
+		what := fmt.Sprintf("%d bytes, more than %d tokens can hold", le.Count, contextLength)
+		if le.Limit == tokenizer.LimitTokens {
+			what = fmt.Sprintf("more than %d tokens", le.Count-1)
+		}
+		return httpx.BadRequest(param, "context_length_exceeded",
+			"This model's maximum context length is %d tokens. However, your messages resulted in %s (at least one must be left to generate).", contextLength, what)
+	}
+	return httpx.BadRequest(param, "", "%s", httpx.CapText(err.Error(), 512))
 }
 
 func tooLong(param string, got, limit int) *httpx.Error {

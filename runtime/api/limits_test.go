@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
@@ -257,5 +258,23 @@ func TestTemplateErrors(t *testing.T) {
 	<-tctx.Done()
 	if e := templateError(tctx, context.DeadlineExceeded); e.Status != 504 {
 		t.Errorf("timeout: %+v", e)
+	}
+}
+
+// TestTokenizeErrors: the tokenizer stopping at its limit is OpenAI's context_length_exceeded, naming the
+// field, so clients that trim their history on that code keep working.
+func TestTokenizeErrors(t *testing.T) {
+	ctx := context.Background()
+	e := tokenizeError(ctx, fmt.Errorf("goengine: tokenize: %w", &tokenizer.LimitError{Limit: tokenizer.LimitTokens, Max: 1024, Count: 1025}), 256, true)
+	if e.Status != 400 || *e.Code != "context_length_exceeded" || *e.Param != "messages" || !strings.Contains(e.Message, "more than 1024 tokens") {
+		t.Errorf("token limit: %+v", e)
+	}
+	e = tokenizeError(ctx, &tokenizer.LimitError{Limit: tokenizer.LimitInputBytes, Max: 4096, Count: 9000}, 256, false)
+	if e.Status != 400 || *e.Code != "context_length_exceeded" || *e.Param != "prompt" || !strings.Contains(e.Message, "9000 bytes") {
+		t.Errorf("byte limit: %+v", e)
+	}
+	e = tokenizeError(ctx, fmt.Errorf("broken \x1b[2J vocabulary%s", strings.Repeat("!", 2000)), 256, false)
+	if e.Status != 400 || e.Code != nil || len(e.Message) > 600 || strings.Contains(e.Message, "\x1b") {
+		t.Errorf("other error: %+v", e)
 	}
 }
