@@ -44,6 +44,15 @@ type Options struct {
 	PromptDelay, TokenDelay time.Duration
 	// ChatTemplate overrides the ChatML template.
 	ChatTemplate string
+	// TokenizeDelay is spent per KiB of text tokenized (at least once per
+	// call), checking the context as it goes: a stand-in for a costly
+	// tokenizer, so that bounds on concurrent tokenization and its
+	// cancellation are observable.
+	TokenizeDelay time.Duration
+	// Logits, when set, is called with every row of logits before sampling
+	// and may change it (tests make it produce NaN or infinities, as a
+	// broken model file does).
+	Logits func(step int, logits []float32)
 }
 
 // Fake is a deterministic in-memory engine.Engine: a byte-level tokenizer
@@ -63,6 +72,8 @@ type Fake struct {
 	busy   []bool
 	closed bool
 	calls  int
+
+	tokenizing, peakTokenizing int // Tokenize calls running now, and at most
 }
 
 var _ engine.Engine = (*Fake)(nil)
@@ -99,11 +110,39 @@ func (f *Fake) Info() engine.ModelInfo {
 		Parallel: f.o.Parallel, VocabSize: FakeVocabSize, HasChatTemplate: f.o.ChatTemplate != ""}
 }
 
+// PeakTokenize is the largest number of Tokenize calls that ran at once.
+func (f *Fake) PeakTokenize() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peakTokenizing
+}
+
 // Tokenize implements engine.Engine: special token texts become their ids,
-// every other byte its own id.
+// every other byte its own id. It stops with ctx's error when ctx ends.
 func (f *Fake) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
+	f.mu.Lock()
+	f.tokenizing++
+	f.peakTokenizing = max(f.peakTokenizing, f.tokenizing)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.tokenizing--
+		f.mu.Unlock()
+	}()
+	if f.o.TokenizeDelay > 0 {
+		for kib := 0; kib == 0 || kib < (len(text)+1023)/1024; kib++ {
+			if err := sleep(ctx, f.o.TokenizeDelay); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var out []int32
-	for len(text) > 0 {
+	for i := 0; len(text) > 0; i++ {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		matched := false
 		for _, s := range specials {
 			if strings.HasPrefix(text, s.text) {
@@ -139,6 +178,9 @@ func (f *Fake) Detokenize(tokens []int32) (string, error) {
 
 // ApplyChatTemplate implements engine.Engine.
 func (f *Fake) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
 	return f.tmpl.Render(messages, opts)
 }
 
@@ -260,7 +302,13 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 			want = int32(reply[step])
 		}
 		fillLogits(logits, history, want)
-		t := sampler.Sample(logits, history)
+		if f.o.Logits != nil {
+			f.o.Logits(step, logits)
+		}
+		t, err := sampler.Sample(logits, history)
+		if err != nil {
+			return finish(engine.FinishCancelled, fmt.Errorf("enginetest: %w", err))
+		}
 		tm.GeneratedTokens++
 		if (t == TokenIMEnd || t == TokenEndOfText) && !req.IgnoreEOG {
 			return finish(engine.FinishStop, nil)

@@ -453,7 +453,15 @@ func (e *Engine) step() {
 
 // sampleNext samples the next token of s and decides whether s goes on.
 func (e *Engine) sampleNext(s *sequence, logits []float32) {
-	t := s.sampler.Sample(logits, s.history)
+	t, err := s.sampler.Sample(logits, s.history)
+	if err != nil {
+		// Non-finite logits: end this request with the error and forget what its slot cached (the state
+		// that produced them must not seed another prompt); the other slots go on.
+		_ = e.cache.Remove(s.slot.id, 0, math.MaxInt32)
+		s.slot.tokens = nil
+		e.finish(s, engine.FinishCancelled, fmt.Errorf("goengine: %w", err))
+		return
+	}
 	s.timings.GeneratedTokens++
 	s.timings.GenerateDuration = time.Since(s.firstOut)
 	if e.eog[t] && !s.req.IgnoreEOG {
