@@ -72,6 +72,7 @@ type Sampler struct {
 	p    SamplingParams
 	rng  *rand.Rand
 	cand []candidate
+	hook hook // constraint and log-probability recording (samplehook.go)
 }
 
 type candidate struct {
@@ -90,12 +91,23 @@ func NewSampler(p SamplingParams) *Sampler {
 }
 
 // Sample returns the next token id. history holds the tokens so far (prompt
-// and generated) for the penalties. Sample modifies logits in place.
+// and generated) for the penalties. Sample modifies logits in place. With a
+// constraint (Constrain) the token is one the constraint allows and the
+// matcher has accepted it; check Err after each call.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if len(logits) == 0 {
 		return 0
 	}
+	if s.hook.active() {
+		return s.sampleHooked(logits, history)
+	}
 	s.penalize(logits, history)
+	return s.pick(logits)
+}
+
+// pick runs the chain after the penalties: greedy, or top-k, top-p, min-p,
+// temperature and a seeded draw. It does not modify logits.
+func (s *Sampler) pick(logits []float32) int32 {
 	if s.p.Temperature <= 0 {
 		return argmax(logits)
 	}
