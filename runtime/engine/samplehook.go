@@ -268,3 +268,31 @@ func (s *Sampler) record(logits []float32, t int32, mask *TokenMask) {
 	}
 	h.have = true
 }
+
+// RequestSampler returns the sampler for req, set up the way every engine
+// needs: its sampling parameters, its constraint's matcher over the model's
+// vocabulary (nil without a constraint; vocab is called only then) and
+// log-probability recording. It fails on invalid parameters, and on a
+// constraint the vocabulary cannot follow (an InputError).
+func RequestSampler(req Request, vocab func() *Vocabulary) (*Sampler, Matcher, error) {
+	if err := req.Sampling.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("sampling: %w", err)
+	}
+	s := NewSampler(req.Sampling)
+	if req.Logprobs != nil {
+		if err := req.Logprobs.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("logprobs: %w", err)
+		}
+		s.RecordLogprobs(*req.Logprobs)
+	}
+	if req.Constraint == nil {
+		return s, nil, nil
+	}
+	v := vocab()
+	m, err := req.Constraint.NewMatcher(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("constraint: %w", err)
+	}
+	s.Constrain(m, v.Size())
+	return s, m, nil
+}

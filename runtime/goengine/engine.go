@@ -104,6 +104,9 @@ type Engine struct {
 
 	packed   *repack.Packed // repack buffer of the weights, freed after the backend
 	repacked repack.Stats
+
+	vocabOnce sync.Once
+	constrain *engine.Vocabulary // for constraints: see vocabulary
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -353,6 +356,20 @@ func (e *Engine) setupVocab() {
 			e.eog[id] = true
 		}
 	}
+}
+
+// vocabulary describes the tokens to constraints (built on the first
+// constrained request): each token's piece is exactly what piece emits, so
+// a grammar sees the text the client gets.
+func (e *Engine) vocabulary() *engine.Vocabulary {
+	e.vocabOnce.Do(func() {
+		toks := make([]engine.VocabToken, len(e.vocab.Values))
+		for i, text := range e.vocab.Values {
+			toks[i] = engine.VocabToken{Piece: e.piece(int32(i)), Text: text, EOG: e.eog[int32(i)]}
+		}
+		e.constrain = engine.NewVocabulary(toks)
+	})
+	return e.constrain
 }
 
 func (e *Engine) tokenText(ids []int32) string {
