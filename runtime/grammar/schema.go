@@ -172,6 +172,16 @@ func (c *schemaConv) primitive(name, kind string) string {
 	return n
 }
 
+// rootPrimitive makes a built-in rule the root rule.
+func (c *schemaConv) rootPrimitive(kind string) string {
+	for _, d := range primitives[kind].deps {
+		if _, ok := c.rules[d]; !ok {
+			c.primitive(d, d)
+		}
+	}
+	return c.addRule("root", primitives[kind].body)
+}
+
 func isReserved(name string) bool {
 	_, ok := primitives[name]
 	return ok || name == "root" || name == "space"
@@ -396,7 +406,7 @@ func (c *schemaConv) visitTyped(s *jsonValue, t, ruleName, path string) (string,
 		return c.number(s, t, ruleName, path)
 	case "boolean", "null":
 		if ruleName == "root" {
-			return c.addRule("root", primitives[t].body), nil
+			return c.rootPrimitive(t), nil
 		}
 		return c.primitive(t, t), nil
 	}

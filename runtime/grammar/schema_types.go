@@ -20,7 +20,7 @@ func (c *schemaConv) object(s *jsonValue, ruleName, path string) (string, error)
 	if props == nil && !s.has("required") && (addl == nil || addl.kind == 'b' && addl.b) {
 		// Any object (llama.cpp: an object schema without properties).
 		if ruleName == "root" {
-			return c.addRule("root", primitives["object"].body), nil
+			return c.rootPrimitive("object"), nil
 		}
 		return c.addRule(ruleName, c.primitive("object", "object")), nil
 	}
@@ -337,7 +337,7 @@ func (c *schemaConv) str(s *jsonValue, ruleName, path string) (string, error) {
 		switch {
 		case f.str == "uuid" || len(f.str) == 5 && strings.HasPrefix(f.str, "uuid") && f.str[4] >= '1' && f.str[4] <= '5':
 			if ruleName == "root" {
-				return c.addRule("root", primitives["uuid"].body), nil
+				return c.rootPrimitive("uuid"), nil
 			}
 			return c.primitive("uuid", "uuid"), nil
 		case f.str == "date" || f.str == "time" || f.str == "date-time":
@@ -353,8 +353,7 @@ func (c *schemaConv) str(s *jsonValue, ruleName, path string) (string, error) {
 		return c.addRule(ruleName, `"\"" `+repetition(char, lo, hi, "")+` "\"" space`), nil
 	}
 	if ruleName == "root" {
-		c.primitive("char", "char")
-		return c.addRule("root", primitives["string"].body), nil
+		return c.rootPrimitive("string"), nil
 	}
 	return c.primitive("string", "string"), nil
 }
@@ -367,11 +366,7 @@ func (c *schemaConv) number(s *jsonValue, t, ruleName, path string) (string, err
 	}
 	if !lo.set && !hi.set {
 		if ruleName == "root" {
-			c.primitive("integral-part", "integral-part")
-			if t == "number" {
-				c.primitive("decimal-part", "decimal-part")
-			}
-			return c.addRule("root", primitives[t].body), nil
+			return c.rootPrimitive(t), nil
 		}
 		return c.primitive(t, t), nil
 	}
