@@ -251,6 +251,9 @@ func Run(t *testing.T, e engine.Engine, f Features) {
 			}
 		}
 	})
+
+	t.Run("Constraint", func(t *testing.T) { runConstraint(t, e, prompt(t, "Rate the fraud risk.")) })
+	t.Run("Logprobs", func(t *testing.T) { runLogprobs(t, e, prompt(t, "Say something.")) })
 }
 
 func genNoErr(t *testing.T, e engine.Engine, req engine.Request) engine.Response {
