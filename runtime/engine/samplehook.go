@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // The sampler's hook: a constraint applied before the chain, and per-step
@@ -95,6 +96,8 @@ type hook struct {
 	have   bool
 	err    error
 	topBuf candHeap
+	ids    []int32   // allowed tokens (few-allowed path)
+	sub    []float32 // their logits
 }
 
 func (h *hook) active() bool { return h.m != nil || h.rec != nil }
@@ -161,12 +164,28 @@ func (s *Sampler) sampleHooked(logits []float32, history []int32) int32 {
 		h.err = ErrNoAllowedToken
 		return 0
 	}
-	applyMask(logits, h.mask)
-	t := s.pick(logits)
-	if !h.mask.Has(t) {
-		// Only when every allowed logit is -Inf or NaN, or the draw's
-		// rounding fell off the end of the candidates.
-		t = maskedArgmax(logits, h.mask)
+	var t int32
+	if n <= len(logits)/8 {
+		// Few tokens allowed: run the chain on them alone (the same draw
+		// as on the masked logits, where the rest have probability 0).
+		h.ids, h.sub = h.ids[:0], h.sub[:0]
+		for wi, w := range h.mask.Words() {
+			for w != 0 {
+				id := int32(wi*64 + bits.TrailingZeros64(w))
+				w &= w - 1
+				h.ids = append(h.ids, id)
+				h.sub = append(h.sub, logits[id])
+			}
+		}
+		t = h.ids[s.pick(h.sub)]
+	} else {
+		applyMask(logits, h.mask)
+		t = s.pick(logits)
+		if !h.mask.Has(t) {
+			// Only when every allowed logit is -Inf or NaN, or the draw's
+			// rounding fell off the end of the candidates.
+			t = maskedArgmax(logits, h.mask)
+		}
 	}
 	if err := h.m.Accept(t); err != nil {
 		h.err = err
@@ -185,6 +204,12 @@ func applyMask(logits []float32, mask *TokenMask) {
 		}
 		base := wi * 64
 		end := min(base+64, len(logits))
+		if w == 0 {
+			for i := base; i < end; i++ {
+				logits[i] = inf
+			}
+			continue
+		}
 		for i := base; i < end; i++ {
 			if w&(1<<uint(i-base)) == 0 {
 				logits[i] = inf

@@ -60,6 +60,7 @@ type machine struct {
 	states   []state
 	stateIdx map[string]int32
 	nfull    int
+	fulls    []*[256]int32 // per state: its full step table, or nil (the mask walk's fast lookup)
 
 	mark    []uint32 // per stack: epoch of the last union it joined
 	epoch   uint32
@@ -222,6 +223,7 @@ func (m *machine) endUnion() int32 {
 	st.done = st.accept && len(st.stacks) == 1
 	id := int32(len(m.states))
 	m.states = append(m.states, st)
+	m.fulls = append(m.fulls, nil)
 	m.stateIdx[string(m.keyBuf)] = id
 	return id
 }
@@ -269,6 +271,7 @@ func (m *machine) next(st int32, b byte) int32 {
 			s.full[e.b] = e.to
 		}
 		s.full[b] = to
+		m.fulls[st] = s.full
 		m.nfull++
 	}
 	return to

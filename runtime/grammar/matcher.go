@@ -217,6 +217,15 @@ func (mt *Matcher) Allowed(mask *engine.TokenMask) (int, error) {
 	if mt.m.masks.get(mt.st, mask) {
 		return mask.Count(), nil
 	}
+	if err := mt.computeMask(mask); err != nil {
+		return 0, err
+	}
+	mt.m.masks.put(mt.st, mask)
+	return mask.Count(), nil
+}
+
+// computeMask fills mask for the current state without the cache.
+func (mt *Matcher) computeMask(mask *engine.TokenMask) error {
 	mask.Clear()
 	words := mask.Words()
 	m, t := mt.m, mt.trie
@@ -228,7 +237,14 @@ func (mt *Matcher) Allowed(mask *engine.TokenMask) (int, error) {
 	if !m.states[mt.st].done {
 		for i, n := 0, len(t.label); i < n; {
 			d := t.depth[i]
-			to := m.next(walk[d-1], t.label[i])
+			from, b := walk[d-1], t.label[i]
+			var to int32 = unknownState
+			if f := m.fulls[from]; f != nil {
+				to = f[b]
+			}
+			if to == unknownState {
+				to = m.next(from, b)
+			}
 			if to < 0 {
 				i = int(t.skip[i])
 				continue
@@ -242,7 +258,7 @@ func (mt *Matcher) Allowed(mask *engine.TokenMask) (int, error) {
 	}
 	if m.err != nil {
 		mt.err = m.err
-		return 0, mt.err
+		return mt.err
 	}
 	st := m.states[mt.st]
 	if st.tokenTops {
@@ -253,8 +269,7 @@ func (mt *Matcher) Allowed(mask *engine.TokenMask) (int, error) {
 			mask.Set(id)
 		}
 	}
-	m.masks.put(mt.st, mask)
-	return mask.Count(), nil
+	return nil
 }
 
 // tokenMask adds the tokens the grammar's token elements on top of the
