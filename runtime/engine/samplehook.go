@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // The sampler's hook: a constraint applied before the chain, and per-step
@@ -177,6 +178,11 @@ func (s *Sampler) sampleHooked(logits []float32, history []int32) int32 {
 				h.sub = append(h.sub, logits[id])
 			}
 		}
+		if k := s.p.TopK; k > 0 && k < len(logits) || s.p.TopP > 0 && s.p.TopP < 1 {
+			// The chain on the full row would walk the candidates sorted
+			// (logit descending, id ascending); present them so.
+			h.sortAllowed()
+		}
 		t = h.ids[s.pick(h.sub)]
 	} else {
 		applyMask(logits, h.mask)
@@ -193,6 +199,28 @@ func (s *Sampler) sampleHooked(logits []float32, history []int32) int32 {
 	}
 	s.record(logits, t, h.mask)
 	return t
+}
+
+// sortAllowed orders the allowed tokens by logit descending, then id.
+func (h *hook) sortAllowed() {
+	idx := make([]int, len(h.ids))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch la, lb := h.sub[a], h.sub[b]; {
+		case la > lb:
+			return -1
+		case la < lb:
+			return 1
+		}
+		return int(h.ids[a] - h.ids[b])
+	})
+	ids, sub := make([]int32, len(idx)), make([]float32, len(idx))
+	for i, j := range idx {
+		ids[i], sub[i] = h.ids[j], h.sub[j]
+	}
+	h.ids, h.sub = ids, sub
 }
 
 // applyMask sets the logits of tokens outside mask to -Inf.

@@ -261,3 +261,43 @@ func TestTokenMask(t *testing.T) {
 		t.Fatalf("built %d times", calls)
 	}
 }
+
+// TestConstrainedEqualsMaskThenSample: the constrained sampler draws what
+// an unconstrained one draws on logits with the forbidden tokens at -Inf
+// (after its fast-path draw was rejected), whether few tokens are allowed
+// (the chain runs on them alone) or many (the logits are masked).
+func TestConstrainedEqualsMaskThenSample(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, nAllowed := range []int{3, 200} {
+		for _, p := range []SamplingParams{Greedy(), DefaultSampling(), {Temperature: 1.3}, {Temperature: 0.9, TopP: 0.8}, {Temperature: 1, MinP: 0.2, TopK: 7}} {
+			seed := uint64(nAllowed)
+			p.Seed = &seed
+			a, b := NewSampler(p), NewSampler(p)
+			allowed := map[int32]bool{}
+			for len(allowed) < nAllowed {
+				allowed[rng.Int32N(256)] = true
+			}
+			a.Constrain(&setMatcher{allowed: allowed}, 256)
+			for step := range 300 {
+				l := make([]float32, 256)
+				for i := range l {
+					l[i] = float32(rng.NormFloat64() * 2)
+				}
+				got := a.Sample(append([]float32(nil), l...), nil)
+				want := b.Sample(append([]float32(nil), l...), nil)
+				if !allowed[want] {
+					masked := append([]float32(nil), l...)
+					for i := range masked {
+						if !allowed[int32(i)] {
+							masked[i] = float32(math.Inf(-1))
+						}
+					}
+					want = b.Sample(masked, nil)
+				}
+				if got != want {
+					t.Fatalf("%d allowed, %+v, step %d: constrained drew %d, mask-then-sample %d", nAllowed, p, step, got, want)
+				}
+			}
+		}
+	}
+}
