@@ -314,34 +314,52 @@ func (c *compiler) emitNode(n utf8Node, out []elem) ([]elem, error) {
 	return append(out, elem{kind: kRef, arg: r}), nil
 }
 
-// nullable computes which rules can match the empty string.
+// nullable computes which rules can match the empty string, in time
+// linear in the grammar: an alternative made only of references becomes
+// nullable when its last non-nullable reference does.
 func (p *program) nullable() []bool {
 	null := make([]bool, len(p.rules))
-	for changed := true; changed; {
-		changed = false
-		for i, r := range p.rules {
-			if null[i] {
-				continue
-			}
-			for _, a := range r.alts {
-				if p.seqNullable(a, null) {
-					null[i], changed = true, true
-					break
+	type alt struct {
+		rule    int32
+		pending int
+	}
+	var alts []alt
+	uses := make([][]int32, len(p.rules)) // rule -> alternatives referring to it (once per reference)
+	var queue []int32
+	for i, r := range p.rules {
+		for _, a := range r.alts {
+			id := int32(len(alts))
+			n, terminal := 0, false
+			for pos := a; p.elems[pos].kind != kEnd; pos++ {
+				if e := p.elems[pos]; e.kind == kRef {
+					uses[e.arg] = append(uses[e.arg], id)
+					n++
+				} else {
+					terminal = true
 				}
+			}
+			if terminal {
+				n = -1 // never nullable; counting down never reaches 0
+			}
+			alts = append(alts, alt{rule: int32(i), pending: n})
+			if n == 0 && !null[i] {
+				null[i] = true
+				queue = append(queue, int32(i))
+			}
+		}
+	}
+	for len(queue) > 0 {
+		r := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, a := range uses[r] {
+			alts[a].pending--
+			if owner := alts[a].rule; alts[a].pending == 0 && !null[owner] {
+				null[owner] = true
+				queue = append(queue, owner)
 			}
 		}
 	}
 	return null
-}
-
-func (p *program) seqNullable(pos int32, null []bool) bool {
-	for ; p.elems[pos].kind != kEnd; pos++ {
-		e := p.elems[pos]
-		if e.kind != kRef || !null[e.arg] {
-			return false
-		}
-	}
-	return true
 }
 
 // checkLeftRecursion refuses a rule that can reach itself without

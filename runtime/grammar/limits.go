@@ -22,7 +22,8 @@ type Limits struct {
 	// grammar's ambiguity (default 4096).
 	StackSet int
 	// States bounds the matcher's cache of parser states before it starts
-	// a fresh cache from its current position (default 65536; the hard
+	// a fresh cache from its current position (default 16384, with 8 times
+	// as many interned stacks: about 15 MB per matcher at most; the hard
 	// bound, at which a match fails, is twice this).
 	States int
 }
@@ -39,6 +40,6 @@ func (l Limits) withDefaults() Limits {
 	def(&l.Repeat, 10000)
 	def(&l.Nesting, 128)
 	def(&l.StackSet, 4096)
-	def(&l.States, 1<<16)
+	def(&l.States, 1<<14)
 	return l
 }

@@ -100,12 +100,12 @@ func (m *machine) stack(pos, parent int32) int32 {
 
 // large reports that the caches are past the soft bound.
 func (m *machine) large() bool {
-	return len(m.states) > m.lim.States || len(m.stacks) > 16*m.lim.States
+	return len(m.states) > m.lim.States || len(m.stacks) > 8*m.lim.States
 }
 
 // overflow reports that the caches are past the hard bound.
 func (m *machine) overflow() bool {
-	return len(m.states) > 2*m.lim.States || len(m.stacks) > 32*m.lim.States
+	return len(m.states) > 2*m.lim.States || len(m.stacks) > 16*m.lim.States
 }
 
 // expand returns the stacks with a terminal (or nothing) on top that stack

@@ -76,23 +76,33 @@ func (g *Grammar) matcher(v *engine.Vocabulary) (*Matcher, error) {
 	return m, nil
 }
 
+type textIndexKey struct{}
+
 // lookupToken finds the one token whose text is text (llama.cpp tokenizes
 // it and requires exactly one token; an exact vocabulary entry is the same
-// for the special tokens such references name).
+// for the special tokens such references name). The index of token texts
+// is built once per vocabulary, on the first grammar that needs it.
 func lookupToken(v *engine.Vocabulary, text string) (int32, error) {
-	found := int32(-1)
-	for i := range v.Size() {
-		if t, _ := v.Token(int32(i)); t.Text == text {
-			if found >= 0 {
-				return 0, &Error{Msg: fmt.Sprintf("token reference %s is ambiguous: tokens %d and %d have that text", text, found, i)}
+	index := v.Derived(textIndexKey{}, func(v *engine.Vocabulary) any {
+		ix := make(map[string]int32, v.Size())
+		for i := range int32(v.Size()) {
+			t, _ := v.Token(i)
+			if _, dup := ix[t.Text]; dup {
+				ix[t.Text] = -1 // ambiguous
+			} else {
+				ix[t.Text] = i
 			}
-			found = int32(i)
 		}
-	}
-	if found < 0 {
+		return ix
+	}).(map[string]int32)
+	id, ok := index[text]
+	switch {
+	case !ok:
 		return 0, &Error{Msg: fmt.Sprintf("token reference %s: the model's vocabulary has no such token", text)}
+	case id < 0:
+		return 0, &Error{Msg: fmt.Sprintf("token reference %s is ambiguous: several tokens have that text", text)}
 	}
-	return found, nil
+	return id, nil
 }
 
 // Matcher follows one generation through a Grammar (engine.Matcher).

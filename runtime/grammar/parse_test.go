@@ -345,3 +345,27 @@ func FuzzParseGBNF(f *testing.F) {
 		}
 	})
 }
+
+// TestLongRuleChains: chains of rules as long as the limits allow, defined
+// in the order that is worst for fixpoint algorithms, compile in linear
+// time (nullability, left recursion) — a quadratic pass would take minutes.
+func TestLongRuleChains(t *testing.T) {
+	const n = 100000
+	var sb strings.Builder
+	sb.WriteString("root ::= r0 \"x\"\n")
+	for i := range n {
+		sb.WriteString("r" + strconv.Itoa(i) + " ::= r" + strconv.Itoa(i+1) + "\n")
+	}
+	sb.WriteString("r" + strconv.Itoa(n) + " ::= \"\" | \"y\"\n")
+	g, err := Parse(sb.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !accepts(t, g, "x") || !accepts(t, g, "yx") {
+		t.Fatal("chain grammar")
+	}
+	sb.WriteString("loop ::= r0 loop\n")
+	if _, err := Parse(sb.String()); err == nil || !strings.Contains(err.Error(), "left recursion") {
+		t.Fatalf("left recursion through a nullable chain: %v", err)
+	}
+}
