@@ -19,7 +19,7 @@ type Limits struct {
 	// Nesting bounds parenthesis nesting (default 128).
 	Nesting int
 	// StackSet bounds the parse stacks one position may have, i.e. the
-	// grammar's ambiguity (default 4096).
+	// grammar's ambiguity (default 1024).
 	StackSet int
 	// States bounds the matcher's cache of parser states before it starts
 	// a fresh cache from its current position (default 16384, with 8 times
@@ -39,7 +39,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.Elements, 2<<20)
 	def(&l.Repeat, 10000)
 	def(&l.Nesting, 128)
-	def(&l.StackSet, 4096)
+	def(&l.StackSet, 1024)
 	def(&l.States, 1<<14)
 	return l
 }

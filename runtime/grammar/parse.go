@@ -110,7 +110,7 @@ func (p *parser) peek(off int) byte {
 
 // advanceTo moves pos forward to i keeping line and column.
 func (p *parser) advanceTo(i int) {
-	for p.pos < i {
+	for p.pos < i && p.pos < len(p.src) {
 		if p.src[p.pos] == '\n' {
 			p.line++
 			p.col = 1
@@ -379,6 +379,9 @@ func (p *parser) char() (rune, error) {
 		return r, nil
 	}
 	line, col := p.line, p.col
+	if p.pos+1 >= len(p.src) {
+		return 0, p.errf("unexpected end of input after '\\'")
+	}
 	esc := p.peek(1)
 	p.advance(2)
 	hex := 0
@@ -398,10 +401,8 @@ func (p *parser) char() (rune, error) {
 	case '\\', '"', '[', ']', '-':
 		return rune(esc), nil
 	default:
-		if esc == 0 && p.eof() {
-			return 0, &SyntaxError{Line: line, Col: col, Msg: "unexpected end of input after '\\'"}
-		}
-		return 0, &SyntaxError{Line: line, Col: col, Msg: fmt.Sprintf("unknown escape \\%c", esc)}
+		r, _ := utf8.DecodeRune(p.src[p.pos-1:])
+		return 0, &SyntaxError{Line: line, Col: col, Msg: fmt.Sprintf("unknown escape \\%c", r)}
 	}
 	var v uint64
 	for i := range hex {

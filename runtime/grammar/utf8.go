@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -102,14 +103,14 @@ func subtractRange(rs []cpRange, lo, hi uint32) []cpRange {
 	return out
 }
 
-// window returns the parts of rs inside [lo, hi], shifted down by lo.
+// window returns the parts of rs (sorted, disjoint) inside [lo, hi],
+// shifted down by lo; a binary search finds the first, so a class of many
+// ranges costs in proportion to what each window holds.
 func window(rs []cpRange, lo, hi uint32) []cpRange {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].hi >= lo })
 	var out []cpRange
-	for _, r := range rs {
-		if r.hi < lo || r.lo > hi {
-			continue
-		}
-		out = append(out, cpRange{max(r.lo, lo) - lo, min(r.hi, hi) - lo})
+	for ; i < len(rs) && rs[i].lo <= hi; i++ {
+		out = append(out, cpRange{max(rs[i].lo, lo) - lo, min(rs[i].hi, hi) - lo})
 	}
 	return out
 }
