@@ -20,4 +20,15 @@
 // expanded elements, repetition counts, nesting, ambiguity, and the
 // matcher's cached states. Left-recursive grammars are refused, as llama.cpp
 // refuses them.
+//
+// Where the result differs from llama.cpp's, on purpose: characters are
+// matched against a token's visible text (engine.VocabToken.Piece), so a
+// control token, which shows no text, is allowed only through a token
+// reference (llama.cpp matches its special text as characters); only valid
+// UTF-8 is generated (llama.cpp decodes some invalid sequences to code
+// points) and never NUL; a rule defined twice, a reversed range, an escape
+// above U+10FFFF and a repetition bound above Limits.Repeat are errors
+// (llama.cpp keeps the last definition, matches nothing, or makes a bound
+// above 2000 unbounded); '_' is allowed in rule names, as its README says.
+// JSON schemas: see FromJSONSchema.
 package grammar

@@ -95,7 +95,11 @@ func JSONSchemaGBNF(schema []byte) (string, error) {
 	return c.format(), nil
 }
 
-// FromJSONSchema compiles a JSON schema into a Grammar (see JSONSchemaGBNF).
+// FromJSONSchema compiles a JSON schema into a Grammar (see JSONSchemaGBNF
+// and the package's JSON Schema notes in schema.go: the subset, the
+// keywords refused by name, additionalProperties false by default, oneOf
+// as anyOf, unanchored patterns allowing surrounding text, bounds on
+// numbers only when integral).
 func FromJSONSchema(schema []byte) (*Grammar, error) {
 	src, err := JSONSchemaGBNF(schema)
 	if err != nil {

@@ -29,6 +29,7 @@ var schemaCases = []struct{ name, schema string }{
 	{"pattern", `{"type":"object","properties":{"code":{"type":"string","pattern":"^(?:[a-c]|\\d\\.){1,3}[\"\\\\\\n]?x$"},"loose":{"type":"string","pattern":"ab+"}},"required":["code","loose"]}`},
 	{"numbers", `{"type":"array","prefixItems":[{"type":"number","minimum":-2,"exclusiveMaximum":0},{"type":"number","exclusiveMinimum":0},{"type":"number","maximum":-5},{"type":"number"},{"type":"integer","minimum":1000000}],"items":false,"minItems":5}`},
 	{"time", `{"type":"string","format":"time"}`},
+	{"root-ref", `{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":3},"kids":{"type":"array","items":{"$ref":"#"},"maxItems":2}},"required":["n","kids"]}`},
 	{"empty", `{}`},
 	{"object", `{"type":"object"}`},
 }
