@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -48,5 +49,55 @@ func TestChoices(t *testing.T) {
 	}
 	if !strings.Contains(Literal("x\"\\\n\t\x01é"), `"x\"\\\n\t\x01é"`) {
 		t.Fatalf("literal %s", Literal("x\"\\\n\t\x01é"))
+	}
+}
+
+// TestConcurrentMatchers: one Grammar and one Vocabulary shared by many
+// generations at once (the trie and the token-text index are built by
+// whichever comes first); run with -race.
+func TestConcurrentMatchers(t *testing.T) {
+	g, err := Parse("root ::= <[65]> [a-z]{1,4} | \"RISK_LEVEL: \" [1-5]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := testVocab(newRand(9), testAlphabet, 300)
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			m, err := g.NewMatcher(v)
+			if err != nil {
+				errs <- err
+				return
+			}
+			seed := uint64(i)
+			s := engine.NewSampler(engine.SamplingParams{Temperature: 1.5, Seed: &seed})
+			s.Constrain(m, v.Size())
+			rng := newRand(seed)
+			logits := make([]float32, v.Size())
+			for range 20 {
+				if m.Done() {
+					errs <- nil
+					return
+				}
+				for j := range logits {
+					logits[j] = float32(rng.NormFloat64())
+				}
+				tok := s.Sample(logits, nil)
+				if err := s.Err(); err != nil {
+					errs <- err
+					return
+				}
+				if v.IsEOG(tok) {
+					errs <- nil
+					return
+				}
+			}
+			errs <- fmt.Errorf("generation %d did not complete", i)
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
