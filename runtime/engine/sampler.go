@@ -73,6 +73,7 @@ type Sampler struct {
 	p    SamplingParams
 	rng  *rand.Rand
 	cand []candidate
+	hook hook // constraint and log-probability recording (samplehook.go)
 }
 
 type candidate struct {
@@ -133,7 +134,9 @@ func CheckFinite(logits []float32) error {
 // Sample returns the next token id. history holds the tokens so far (prompt
 // and generated) for the penalties. Sample modifies logits in place. It
 // fails (ErrNonFiniteLogits) when the logits are not all finite, at any
-// temperature, and never indexes outside them.
+// temperature, and never indexes outside them. With a constraint (Constrain)
+// the token is one the constraint allows and the matcher has accepted it; a
+// constraint that cannot go on is returned as the error too (and by Err).
 func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	if len(logits) == 0 {
 		return 0, errors.New("engine: sample: no logits")
@@ -141,15 +144,27 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	if err := CheckFinite(logits); err != nil {
 		return 0, err
 	}
+	if s.hook.active() {
+		t := s.sampleHooked(logits, history)
+		return t, s.hook.err
+	}
 	s.penalize(logits, history)
+	return s.pick(logits), nil
+}
+
+// pick runs the chain after the penalties: greedy, or top-k, top-p, min-p,
+// temperature and a seeded draw. It does not modify logits.
+func (s *Sampler) pick(logits []float32) int32 {
 	if s.p.Temperature <= 0 {
-		return argmax(logits), nil
+		return argmax(logits)
 	}
 	c := s.topK(logits)
 	c = s.topP(c)
 	c = s.minP(c)
 	if len(c) == 0 {
-		return 0, errors.New("engine: sample: no candidate left")
+		// Only when every logit is -Inf (a constraint's mask): the argmax
+		// is as good as any, and the caller's mask check decides.
+		return argmax(logits)
 	}
 	// Temperature, then softmax and a draw. The scaled differences are
 	// computed in float64 from finite inputs: a temperature near zero makes
@@ -170,10 +185,10 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	for _, x := range c {
 		acc += float64(x.prob)
 		if r < acc {
-			return x.id, nil
+			return x.id
 		}
 	}
-	return c[len(c)-1].id, nil
+	return c[len(c)-1].id
 }
 
 func argmax(logits []float32) int32 {

@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -194,8 +195,9 @@ func (f *Fake) Close() error {
 
 // Generate implements engine.Engine.
 func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
-	if err := req.Sampling.Validate(); err != nil {
-		return engine.Response{}, fmt.Errorf("enginetest: sampling: %w", err)
+	sampler, matcher, err := engine.RequestSampler(req, fakeVocabulary)
+	if err != nil {
+		return engine.Response{}, fmt.Errorf("enginetest: %w", err)
 	}
 	prompt := req.Tokens
 	if prompt == nil {
@@ -271,7 +273,6 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 
 	promptText, _ := f.Detokenize(prompt)
 	reply := f.reply(promptText)
-	sampler := engine.NewSampler(req.Sampling)
 	stream := engine.NewTextStream(req.Stop)
 	history := append([]int32(nil), prompt...)
 	logits := make([]float32, FakeVocabSize)
@@ -301,13 +302,19 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 		if step < len(reply) {
 			want = int32(reply[step])
 		}
+		if matcher != nil && matcher.Done() { // complete before any token (an empty choice)
+			return finish(engine.FinishStop, nil)
+		}
 		fillLogits(logits, history, want)
 		if f.o.Logits != nil {
 			f.o.Logits(step, logits)
 		}
 		t, err := sampler.Sample(logits, history)
 		if err != nil {
-			return finish(engine.FinishCancelled, fmt.Errorf("enginetest: %w", err))
+			if errors.Is(err, engine.ErrNonFiniteLogits) {
+				return finish(engine.FinishCancelled, fmt.Errorf("enginetest: %w", err))
+			}
+			return finish(engine.FinishCancelled, &engine.ConstraintError{Generated: len(resp.Tokens), Err: err})
 		}
 		tm.GeneratedTokens++
 		if (t == TokenIMEnd || t == TokenEndOfText) && !req.IgnoreEOG {
@@ -320,13 +327,20 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 			piece = string([]byte{byte(t)})
 		}
 		visible, stopped := stream.Push(piece)
+		tok := engine.Token{ID: t, Text: visible}
+		if lp, ok := sampler.Logprobs(); ok {
+			resp.Logprobs = append(resp.Logprobs, lp)
+			tok.Logprobs = &resp.Logprobs[len(resp.Logprobs)-1]
+		}
 		if emit != nil {
-			if err := emit(engine.Token{ID: t, Text: visible}); err != nil {
+			if err := emit(tok); err != nil {
 				return finish(engine.FinishCancelled, err)
 			}
 		}
 		switch {
 		case stopped:
+			return finish(engine.FinishStop, nil)
+		case matcher != nil && matcher.Done(): // only an end-of-generation token could follow
 			return finish(engine.FinishStop, nil)
 		case req.MaxTokens > 0 && len(resp.Tokens) >= req.MaxTokens:
 			return finish(engine.FinishLength, nil)
@@ -336,6 +350,20 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 		kv = append(kv, t)
 	}
 }
+
+// fakeVocabulary describes the fake's tokens to constraints: bytes, then
+// <|im_start|> (control: no visible piece) and the two end-of-generation
+// tokens.
+var fakeVocabulary = sync.OnceValue(func() *engine.Vocabulary {
+	toks := make([]engine.VocabToken, FakeVocabSize)
+	for b := range 256 {
+		toks[b] = engine.VocabToken{Piece: string([]byte{byte(b)}), Text: string([]byte{byte(b)})}
+	}
+	for _, s := range specials {
+		toks[s.id] = engine.VocabToken{Text: s.text, EOG: s.id != TokenIMStart}
+	}
+	return engine.NewVocabulary(toks)
+})
 
 func (f *Fake) setSlot(i int, kv []int32) {
 	f.mu.Lock()
