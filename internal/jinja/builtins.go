@@ -50,16 +50,14 @@ func builtinRange(r *renderer, off int, args []Value, kw []kwArg) (Value, error)
 	if step == 0 {
 		return Value{}, r.errorf(off, "range() arg 3 must not be zero")
 	}
-	var count int64
+	// the count, in unsigned arithmetic so that no difference overflows
+	var count uint64
 	if step > 0 && stop > start {
-		count = (stop-start-1)/step + 1
+		count = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
 	} else if step < 0 && start > stop {
-		count = (start-stop-1)/(-step) + 1
+		count = (uint64(start)-uint64(stop)-1)/(uint64(-(step+1))+1) + 1
 	}
-	if stop > start && step > 0 && stop-start < 0 || start > stop && step < 0 && start-stop < 0 {
-		count = r.lim.Range + 1 // the difference overflowed
-	}
-	if count > r.lim.Range {
+	if count > uint64(r.lim.Range) {
 		return Value{}, r.limit(off, LimitRange, r.lim.Range)
 	}
 	if err := r.chargeList(off, int(count)); err != nil {
@@ -69,7 +67,12 @@ func builtinRange(r *renderer, off int, args []Value, kw []kwArg) (Value, error)
 	for i := range items {
 		items[i] = Int(start + int64(i)*step)
 	}
-	return listValue(items, false), nil
+	v := listValue(items, false)
+	v.list().rng = "range(" + formatInt(start) + ", " + formatInt(stop) + ")"
+	if step != 1 {
+		v.list().rng = "range(" + formatInt(start) + ", " + formatInt(stop) + ", " + formatInt(step) + ")"
+	}
+	return v, nil
 }
 
 // builtinNamespace is namespace(mapping, **attrs).

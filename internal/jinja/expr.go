@@ -18,6 +18,11 @@ func (r *renderer) eval(e expr, sc *scope) (Value, error) {
 	}
 	v, err := r.eval1(e, sc)
 	r.depth--
+	if (v.kind == KindList || v.kind == KindDict) && v.depth() > maxValueDepth && err == nil {
+		// lists built from lists (by filters, +, literals) stay shallow enough
+		// that printing or comparing them never recurses deeply
+		return Value{}, r.limit(e.exprOff(), LimitNesting, maxValueDepth)
+	}
 	return v, err
 }
 

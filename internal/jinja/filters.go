@@ -1323,7 +1323,7 @@ func filterURLEncode(r *renderer, off int, v Value, args []Value, kw []kwArg) (V
 		if err != nil {
 			return Value{}, err
 		}
-		parts = append(parts, enc(k, "")+"="+enc(val, ""))
+		parts = append(parts, strings.ReplaceAll(enc(k, ""), "%20", "+")+"="+strings.ReplaceAll(enc(val, ""), "%20", "+"))
 	}
 	return r.result(off, strings.Join(parts, "&"))
 }

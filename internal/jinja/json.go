@@ -71,8 +71,8 @@ func (w *jsonWriter) value(v Value, depth int) error {
 		writeJSONString(&w.b, v.s, w.o.ensureASCII)
 	case KindList:
 		l := v.list()
-		if l.gen != "" {
-			return w.r.errorf(w.off, "Object of type %s is not JSON serializable", l.gen)
+		if l.gen != "" || l.rng != "" {
+			return w.r.errorf(w.off, "Object of type %s is not JSON serializable", v.typeName())
 		}
 		if len(l.items) == 0 {
 			w.b.WriteString("[]")

@@ -38,6 +38,9 @@ var DefaultLimits = Limits{
 	Range:      100_000,
 }
 
+// maxNesting caps Limits.Nesting whatever the caller asks.
+const maxNesting = 100_000
+
 // withDefaults fills zero fields from DefaultLimits and turns negative fields
 // into "unlimited".
 func (l Limits) withDefaults() Limits {
@@ -58,6 +61,7 @@ func (l Limits) withDefaults() Limits {
 			*v = 1 << 30
 		}
 	}
+
 	fill(&l.Steps, DefaultLimits.Steps)
 	fill(&l.Iterations, DefaultLimits.Iterations)
 	fillInt(&l.CallDepth, DefaultLimits.CallDepth)
@@ -65,5 +69,8 @@ func (l Limits) withDefaults() Limits {
 	fill(&l.Output, DefaultLimits.Output)
 	fill(&l.Alloc, DefaultLimits.Alloc)
 	fill(&l.Range, DefaultLimits.Range)
+	// Unlimited nesting would let a template grow the Go stack without bound;
+	// even "no limit" keeps a generous one.
+	l.Nesting = min(l.Nesting, maxNesting)
 	return l
 }

@@ -35,7 +35,7 @@ func (r *renderer) binop(off int, op string, a, b Value) (Value, error) {
 				return Value{}, err
 			}
 			return String(a.s + b.s), nil
-		case a.kind == KindList && b.kind == KindList && a.list().tuple == b.list().tuple && a.list().gen == "" && b.list().gen == "":
+		case a.kind == KindList && b.kind == KindList && a.list().tuple == b.list().tuple && a.list().gen == "" && b.list().gen == "" && a.list().rng == "" && b.list().rng == "":
 			la, lb := a.list().items, b.list().items
 			if err := r.chargeList(off, len(la)+len(lb)); err != nil {
 				return Value{}, err

@@ -24,6 +24,7 @@ type parser struct {
 	tags   []string  // open block tags, innermost last (for error messages)
 	frames []*pframe // macro and call-block bodies being parsed
 	loops  int       // for-loop bodies open around the current statement (within the current macro)
+	ends   [][]string // the end tags the open blocks wait for, innermost last
 }
 
 // pframe records which special names a macro body reads.
@@ -124,6 +125,10 @@ func (p *parser) subparse(end []string) ([]stmt, error) {
 		return nil, err
 	}
 	defer p.leave()
+	if end != nil {
+		p.ends = append(p.ends, end)
+		defer func() { p.ends = p.ends[:len(p.ends)-1] }()
+	}
 	var body []stmt
 	for {
 		t := p.cur()
@@ -268,7 +273,18 @@ func (p *parser) statement() ([]stmt, error) {
 	case "extends", "include", "import", "from", "block", "autoescape", "do":
 		return nil, p.fail(t.off, "tag '"+t.val+"' is not supported in chat templates")
 	default:
-		return nil, p.fail(t.off, "encountered unknown tag '"+t.val+"'")
+		msg := "encountered unknown tag '" + t.val + "'"
+		if len(p.ends) > 0 {
+			var names []string
+			for _, e := range p.ends[len(p.ends)-1] {
+				names = append(names, "'"+e+"'")
+			}
+			msg += "; looking for " + strings.Join(names, " or ")
+			if len(p.tags) > 1 {
+				msg += "; the innermost open block is '" + p.tags[len(p.tags)-2] + "'"
+			}
+		}
+		return nil, p.fail(t.off, msg)
 	}
 	if err != nil {
 		return nil, err

@@ -74,6 +74,10 @@ func (w *reprWriter) write(v Value, depth int) error {
 			b.WriteString("<" + l.gen + " object>")
 			return nil
 		}
+		if l.rng != "" {
+			b.WriteString(l.rng)
+			return nil
+		}
 		open, close := "[", "]"
 		if l.tuple {
 			open, close = "(", ")"

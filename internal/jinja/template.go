@@ -3,6 +3,7 @@ package jinja
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -42,7 +43,19 @@ type RenderOptions struct {
 // strftime_now) and returns the text. It stops when ctx ends (returning an
 // error that wraps ctx.Err()) or a limit is exceeded (*LimitError); template
 // errors are *Error or *RaiseError.
-func (t *Template) Render(ctx context.Context, vars map[string]Value, o *RenderOptions) (string, error) {
+func (t *Template) Render(ctx context.Context, vars map[string]Value, o *RenderOptions) (out string, err error) {
+	defer func() {
+		// A bug of this package must not take a server down with it: it
+		// becomes this render's error (the fuzz targets call render, without
+		// this net, so that such bugs are found).
+		if p := recover(); p != nil {
+			out, err = "", &Error{Pos: Pos{1, 1}, Msg: fmt.Sprintf("internal error: %v\n%s", p, debug.Stack())}
+		}
+	}()
+	return t.render(ctx, vars, o)
+}
+
+func (t *Template) render(ctx context.Context, vars map[string]Value, o *RenderOptions) (string, error) {
 	r := &renderer{t: t, ctx: ctx, done: ctx.Done(), vars: vars, lim: DefaultLimits.withDefaults(), now: time.Now}
 	if o != nil {
 		r.lim = o.Limits.withDefaults()

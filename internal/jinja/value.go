@@ -39,7 +39,10 @@ type List struct {
 	// gen names the Python iterator type when the list stands for a lazy
 	// iterator (the result of map, select, items, reverse...): always true,
 	// no len(), no indexing, not JSON serializable, like in jinja2.
-	gen   string
+	gen string
+	// rng is the repr of a range() ("range(0, 5)"): a sequence with its own
+	// printing, not JSON serializable, never equal to a list.
+	rng   string
 	depth int
 }
 
@@ -188,6 +191,9 @@ func (v Value) typeName() string {
 		if l.gen != "" {
 			return l.gen
 		}
+		if l.rng != "" {
+			return "range"
+		}
 		if l.tuple {
 			return "tuple"
 		}
@@ -331,7 +337,7 @@ func equal(a, b Value) bool {
 		if la == lb {
 			return true
 		}
-		if la.gen != "" || lb.gen != "" || la.tuple != lb.tuple || len(la.items) != len(lb.items) {
+		if la.gen != "" || lb.gen != "" || la.rng != "" || lb.rng != "" || la.tuple != lb.tuple || len(la.items) != len(lb.items) {
 			return false
 		}
 		for i := range la.items {
