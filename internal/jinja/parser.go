@@ -21,9 +21,9 @@ type parser struct {
 	pos    int
 	lines  *lineIndex
 	depth  int
-	tags   []string  // open block tags, innermost last (for error messages)
-	frames []*pframe // macro and call-block bodies being parsed
-	loops  int       // for-loop bodies open around the current statement (within the current macro)
+	tags   []string   // open block tags, innermost last (for error messages)
+	frames []*pframe  // macro and call-block bodies being parsed
+	loops  int        // for-loop bodies open around the current statement (within the current macro)
 	ends   [][]string // the end tags the open blocks wait for, innermost last
 }
 
