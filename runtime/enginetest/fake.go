@@ -139,7 +139,7 @@ func (f *Fake) Detokenize(tokens []int32) (string, error) {
 
 // ApplyChatTemplate implements engine.Engine.
 func (f *Fake) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
-	return f.tmpl.Render(messages, opts)
+	return f.tmpl.Render(ctx, messages, opts)
 }
 
 // Close implements engine.Engine.
