@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/testkit/jinjaoracle"
 )
 
 // featureCase is one template feature with the output Python's jinja2 gives
 // in transformers' environment (fails: jinja2 raises). The wants were
-// produced by testdata/oracle.py; TestFeaturesAgainstPython re-checks them
+// produced by the jinja2 oracle (internal/testkit/jinjaoracle); TestFeaturesAgainstPython re-checks them
 // whenever the oracle is installed.
 type featureCase struct {
 	name  string
@@ -247,7 +249,7 @@ func TestFeatures(t *testing.T) {
 
 // TestFeaturesAgainstPython checks the table's expectations with jinja2.
 func TestFeaturesAgainstPython(t *testing.T) {
-	cmd := pyOracle(t)
+	o := jinjaoracle.Python(t)
 	templates := map[string]string{}
 	var cases []oracleCase
 	for _, c := range featureCases {
@@ -256,9 +258,9 @@ func TestFeaturesAgainstPython(t *testing.T) {
 		if ctx == "" {
 			ctx = "{}"
 		}
-		cases = append(cases, oracleCase{Template: c.name, Context: json.RawMessage(ctx), Now: oracleNow.Format(time.RFC3339), name: c.name})
+		cases = append(cases, oracleCase{Case: jinjaoracle.Case{Template: c.name, Context: json.RawMessage(ctx), Now: oracleNow.Format(time.RFC3339)}, name: c.name})
 	}
-	res := runOracle(t, cmd, templates, cases)
+	res := runOracle(t, o, templates, cases)
 	for i, c := range featureCases {
 		switch {
 		case c.fails && res[i].Output != nil:

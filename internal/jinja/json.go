@@ -243,3 +243,15 @@ func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
 	b.WriteString(s[start:])
 	b.WriteByte('"')
 }
+
+// MarshalJSON writes v as json.dumps would (compact separators, non-ASCII
+// kept): for handing rendered variables to other engines in tests and
+// logs. Values JSON cannot hold (Undefined, functions) are an error.
+func (v Value) MarshalJSON() ([]byte, error) {
+	r := &renderer{t: &Template{lines: newLineIndex("")}, lim: DefaultLimits.withDefaults()}
+	s, err := r.toJSON(0, v, jsonOptions{itemSep: ",", keySep: ":"})
+	if err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}

@@ -1,184 +1,50 @@
 package jinja
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/testkit/jinjaoracle"
 )
 
 // The differential tests render every real template in testdata/templates
 // (see its SOURCES.md) on every conversation of testdata/conversations.json,
 // with and without the generation prompt, with thinking unset, on and off,
-// and compare the output byte for byte with two independent engines:
+// and compare the output byte for byte with two independent engines
+// (internal/testkit/jinjaoracle):
 //
-//   - Python's jinja2 in transformers' environment (testdata/oracle.py; the
-//     Debian package python3-jinja2): the reference. Where it renders we must
+//   - Python's jinja2 in transformers' environment: the reference. Where it renders we must
 //     render the same text; where it fails (the template refuses the
 //     conversation) we must fail too.
-//   - @huggingface/jinja (testdata/js/jinja, pinned): where it renders we
+//   - @huggingface/jinja (pinned): where it renders we
 //     must render the same text, except for the cases in hfDivergences, where
 //     it departs from jinja2 and we follow jinja2.
-//
-// Both skip on a machine without the oracle and fail instead when CI or
-// PHONELLM_REQUIRE_ORACLE=1 is set (an oracle that silently skips in CI
-// proves nothing).
 
 // oracleNow is the clock of every differential render (strftime_now).
-var oracleNow = time.Date(2026, 7, 26, 10, 0, 0, 0, time.UTC)
+var oracleNow = jinjaoracle.Now
 
+// oracleCase is a jinjaoracle.Case with a name for messages.
 type oracleCase struct {
-	Template string          `json:"template"`
-	Context  json.RawMessage `json:"context"`
-	Now      string          `json:"now"`
-	name     string
+	jinjaoracle.Case
+	name string
 }
 
-type oracleResult struct {
-	Output *string `json:"output"`
-	Error  string  `json:"error"`
-}
-
-func requireOracle(t *testing.T, msg string) {
+func runOracle(t *testing.T, o *jinjaoracle.Oracle, templates map[string]string, cases []oracleCase) []jinjaoracle.Result {
 	t.Helper()
-	if os.Getenv("CI") != "" || os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1" {
-		t.Fatal(msg)
+	cs := make([]jinjaoracle.Case, len(cases))
+	for i, c := range cases {
+		cs[i] = c.Case
 	}
-	t.Skip(msg)
+	return o.Run(t, templates, cs)
 }
 
-// moduleRoot finds the directory holding go.mod above the working directory.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	d, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		d = filepath.Dir(d)
-	}
-}
-
-// hfOracle returns the command running testdata/js/jinja/render.mjs.
-func hfOracle(t *testing.T) *exec.Cmd {
-	t.Helper()
-	dir := filepath.Join(moduleRoot(t), "testdata", "js", "jinja")
-	modules := os.Getenv("PHONELLM_JINJA_MODULES")
-	if modules == "" {
-		modules = filepath.Join(dir, "node_modules")
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		requireOracle(t, "node not found (run scripts/setup.sh)")
-	}
-	pkg, err := os.ReadFile(filepath.Join(modules, "@huggingface", "jinja", "package.json"))
-	if err != nil {
-		requireOracle(t, "@huggingface/jinja not installed: run `npm ci --prefix testdata/js/jinja` (scripts/setup.sh does)")
-	}
-	var want, got struct {
-		Dependencies map[string]string `json:"dependencies"`
-		Version      string            `json:"version"`
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "package.json")); err != nil || json.Unmarshal(b, &want) != nil {
-		t.Fatalf("testdata/js/jinja/package.json: %v", err)
-	}
-	if err := json.Unmarshal(pkg, &got); err != nil || got.Version != want.Dependencies["@huggingface/jinja"] {
-		requireOracle(t, fmt.Sprintf("@huggingface/jinja %s installed, package.json pins %s: run `npm ci --prefix testdata/js/jinja`", got.Version, want.Dependencies["@huggingface/jinja"]))
-	}
-	cmd := exec.Command(node, filepath.Join(dir, "render.mjs"))
-	cmd.Env = append(os.Environ(), "TZ=UTC", "PHONELLM_JINJA_MODULES="+modules)
-	return cmd
-}
-
-// pyOracle returns the command running testdata/oracle.py with jinja2 >= 3.1.
-func pyOracle(t *testing.T) *exec.Cmd {
-	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		requireOracle(t, "python3 not found (scripts/setup.sh installs python3-jinja2)")
-	}
-	out, err := exec.Command(py, "-c", "import jinja2; print(jinja2.__version__)").Output()
-	v := strings.TrimSpace(string(out))
-	if err != nil || !(strings.HasPrefix(v, "3.") && v >= "3.1") {
-		requireOracle(t, "Python jinja2 >= 3.1 not installed (apt-get install python3-jinja2; scripts/setup.sh does)")
-	}
-	return exec.Command(py, filepath.Join("testdata", "oracle.py"))
-}
-
-func runOracle(t *testing.T, cmd *exec.Cmd, templates map[string]string, cases []oracleCase) []oracleResult {
-	t.Helper()
-	in, err := json.Marshal(map[string]any{"templates": templates, "cases": cases})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-	c.Env = cmd.Env
-	var stdout, stderr bytes.Buffer
-	c.Stdin, c.Stdout, c.Stderr = bytes.NewReader(in), &stdout, &stderr
-	if err := c.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s", cmd.Args, err, stderr.String())
-	}
-	var res []oracleResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || len(res) != len(cases) {
-		t.Fatalf("%s: bad output (%v, %d results for %d cases)", cmd.Args, err, len(res), len(cases))
-	}
-	return res
-}
-
-// loadTemplates reads testdata/templates.
-func loadTemplates(t testing.TB) map[string]string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("testdata", "templates", "*.jinja"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no templates in testdata/templates (%v)", err)
-	}
-	out := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimSuffix(filepath.Base(f), ".jinja")] = string(b)
-	}
-	return out
-}
-
-type conversations struct {
-	Tools         json.RawMessage            `json:"tools"`
-	Conversations map[string]json.RawMessage `json:"conversations"`
-}
-
-func loadConversations(t testing.TB) conversations {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "conversations.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c conversations
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// usesTools reports whether a conversation is rendered with the tool list.
-func usesTools(conv string) bool {
-	return strings.HasPrefix(conv, "tool") || strings.HasPrefix(conv, "parallel")
+func loadConversations(t testing.TB) jinjaoracle.Conversations {
+	return jinjaoracle.LoadConversations(t)
 }
 
 // chatContext is the variables transformers passes to a chat template.
@@ -198,7 +64,7 @@ func chatContext(messages, tools json.RawMessage, generationPrompt bool, thinkin
 
 // differentialCases is every template × conversation × option.
 func differentialCases(t testing.TB) (map[string]string, []oracleCase) {
-	templates := loadTemplates(t)
+	templates := jinjaoracle.Templates(t)
 	convs := loadConversations(t)
 	var names, convNames []string
 	for n := range templates {
@@ -213,14 +79,14 @@ func differentialCases(t testing.TB) (map[string]string, []oracleCase) {
 	for _, tn := range names {
 		for _, cn := range convNames {
 			var tools json.RawMessage
-			if usesTools(cn) {
+			if jinjaoracle.UsesTools(cn) {
 				tools = convs.Tools
 			}
 			for _, gp := range []bool{true, false} {
 				for _, th := range []string{"", "true", "false"} {
 					cases = append(cases, oracleCase{
-						Template: tn, Context: chatContext(convs.Conversations[cn], tools, gp, th),
-						Now:  oracleNow.Format(time.RFC3339),
+						Case: jinjaoracle.Case{Template: tn, Context: chatContext(convs.Conversations[cn], tools, gp, th),
+							Now: oracleNow.Format(time.RFC3339)},
 						name: fmt.Sprintf("%s/%s/gen=%t/think=%s", tn, cn, gp, th),
 					})
 				}
@@ -247,18 +113,8 @@ func renderCase(t testing.TB, tmpl *Template, c oracleCase) (string, error) {
 	return tmpl.Render(context.Background(), vars, &RenderOptions{Now: func() time.Time { return oracleNow }})
 }
 
-// firstDiff shows where two renders part.
-func firstDiff(a, b string) string {
-	i := 0
-	for i < len(a) && i < len(b) && a[i] == b[i] {
-		i++
-	}
-	lo := max(0, i-80)
-	return fmt.Sprintf("at byte %d:\n  want …%q…\n  got  …%q…", i, a[lo:min(len(a), i+80)], b[lo:min(len(b), i+80)])
-}
-
 // compareWithOracle renders every case and checks it against res.
-func compareWithOracle(t *testing.T, oracle string, templates map[string]string, cases []oracleCase, res []oracleResult, errorsMustMatch bool, skip func(c oracleCase, got string, err error) bool) {
+func compareWithOracle(t *testing.T, oracle string, templates map[string]string, cases []oracleCase, res []jinjaoracle.Result, errorsMustMatch bool, skip func(c oracleCase, got string, err error) bool) {
 	t.Helper()
 	parsed := map[string]*Template{}
 	for n, src := range templates {
@@ -296,7 +152,7 @@ func compareWithOracle(t *testing.T, oracle string, templates map[string]string,
 		case want.Output != nil && got != *want.Output:
 			failures++
 			if failures <= 10 {
-				t.Errorf("%s: output differs from %s %s", c.name, oracle, firstDiff(*want.Output, got))
+				t.Errorf("%s: output differs from %s %s", c.name, oracle, jinjaoracle.FirstDiff(*want.Output, got))
 			}
 		case want.Output != nil:
 			rendered++
@@ -317,16 +173,16 @@ func compareWithOracle(t *testing.T, oracle string, templates map[string]string,
 }
 
 func TestDifferentialPython(t *testing.T) {
-	cmd := pyOracle(t)
+	o := jinjaoracle.Python(t)
 	templates, cases := differentialCases(t)
-	res := runOracle(t, cmd, templates, cases)
+	res := runOracle(t, o, templates, cases)
 	compareWithOracle(t, "jinja2", templates, cases, res, true, nil)
 }
 
 func TestDifferentialHuggingFace(t *testing.T) {
-	cmd := hfOracle(t)
+	o := jinjaoracle.HuggingFace(t)
 	templates, cases := differentialCases(t)
-	res := runOracle(t, cmd, templates, cases)
+	res := runOracle(t, o, templates, cases)
 	compareWithOracle(t, "@huggingface/jinja", templates, cases, res, false, hfDiverges)
 }
 

@@ -84,6 +84,7 @@ type renderer struct {
 	now   func() time.Time
 	steps int64
 	iters int64
+	work  int64 // steps and iterations since the context was last checked
 	alloc int64
 	depth int // evaluation nesting
 	calls int // macro / caller / recursive loop depth
@@ -120,29 +121,34 @@ func (r *renderer) step(off int) error {
 	if r.steps > r.lim.Steps {
 		return r.limit(off, LimitSteps, r.lim.Steps)
 	}
-	if r.steps&1023 == 0 {
-		select {
-		case <-r.done:
-			return fmt.Errorf("jinja: line %s: render stopped: %w", r.pos(off), r.ctx.Err())
-		default:
-		}
-	}
-	return nil
+	return r.tick(off, 1)
 }
 
-// iterate counts n loop iterations.
+// iterate counts n loop iterations (for loops, items a filter goes through);
+// they count as steps too.
 func (r *renderer) iterate(off int, n int64) error {
 	r.iters += n
 	if r.iters > r.lim.Iterations {
 		return r.limit(off, LimitIterations, r.lim.Iterations)
 	}
-	if n > 64 {
-		// long internal loops (filters) check the context too
-		select {
-		case <-r.done:
-			return fmt.Errorf("jinja: line %s: render stopped: %w", r.pos(off), r.ctx.Err())
-		default:
-		}
+	r.steps += n
+	if r.steps > r.lim.Steps {
+		return r.limit(off, LimitSteps, r.lim.Steps)
+	}
+	return r.tick(off, n)
+}
+
+// tick checks the context every 1024 units of work.
+func (r *renderer) tick(off int, n int64) error {
+	r.work += n
+	if r.work < 1024 {
+		return nil
+	}
+	r.work = 0
+	select {
+	case <-r.done:
+		return fmt.Errorf("jinja: line %s: render stopped: %w", r.pos(off), r.ctx.Err())
+	default:
 	}
 	return nil
 }

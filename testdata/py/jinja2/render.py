@@ -4,7 +4,8 @@ apply_chat_template (transformers/utils/chat_template_utils.py, _compile_jinja_t
 ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the loopcontrols extension, the
 {% generation %} tag of its AssistantTracker (rendered as its body), a tojson filter calling json.dumps
 with ensure_ascii=False by default, and the globals raise_exception and strftime_now. It is the
-differential oracle for phonellm's internal/jinja (the Debian package python3-jinja2 provides jinja2).
+differential oracle for phonellm's internal/jinja and runtime/engine (driven by internal/testkit/jinjaoracle;
+the Debian package python3-jinja2 provides jinja2).
 
 Protocol (the same as testdata/js/jinja/render.mjs): one JSON document on stdin,
     {"templates": {"name": "source", ...}, "cases": [{"template": "name", "context": {...}, "now": "..."}]}
