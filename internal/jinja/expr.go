@@ -105,6 +105,9 @@ func (r *renderer) eval1(e expr, sc *scope) (Value, error) {
 		}
 		return Bool(true), nil
 	case *binExpr:
+		if e.op == "+" {
+			return r.evalSum(e, sc)
+		}
 		l, err := r.eval(e.l, sc)
 		if err != nil {
 			return Value{}, err
@@ -217,6 +220,71 @@ func (r *renderer) eval1(e expr, sc *scope) (Value, error) {
 		return Value{}, r.errorf(e.off, "a slice is only valid inside []")
 	}
 	return Value{}, r.errorf(e.exprOff(), "internal error: unknown expression %T", e)
+}
+
+// evalSum evaluates a chain a + b + c + ... left to right like Python, but
+// joins a run of strings once instead of copying the growing prefix at each
+// + (templates build every turn as '<|im_start|>' + role + '\n' + content
+// + ...). It also walks the chain without recursion.
+func (r *renderer) evalSum(e *binExpr, sc *scope) (Value, error) {
+	var chain []*binExpr
+	for x := e; ; {
+		chain = append(chain, x)
+		l, ok := x.l.(*binExpr)
+		if !ok || l.op != "+" {
+			break
+		}
+		x = l
+	}
+	acc, err := r.eval(chain[len(chain)-1].l, sc)
+	if err != nil {
+		return Value{}, err
+	}
+	var parts []string // a run of strings not yet joined, acc's string first
+	size := 0
+	flush := func(off int) error {
+		if parts == nil {
+			return nil
+		}
+		if err := r.charge(off, int64(size)); err != nil {
+			return err
+		}
+		acc = String(strings.Join(parts, ""))
+		parts, size = nil, 0
+		return nil
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		x := chain[i]
+		if err := r.step(x.off); err != nil {
+			return Value{}, err
+		}
+		v, err := r.eval(x.r, sc)
+		if err != nil {
+			return Value{}, err
+		}
+		if acc.kind == KindString && v.kind == KindString {
+			if parts == nil {
+				parts = append(make([]string, 0, 2*i+2), acc.s)
+				size = len(acc.s)
+			}
+			parts = append(parts, v.s)
+			size += len(v.s)
+			if int64(size) > r.lim.Alloc-r.alloc {
+				return Value{}, r.limit(x.off, LimitAlloc, r.lim.Alloc)
+			}
+			continue
+		}
+		if err := flush(x.off); err != nil {
+			return Value{}, err
+		}
+		if acc, err = r.binop(x.off, "+", acc, v); err != nil {
+			return Value{}, err
+		}
+	}
+	if err := flush(e.off); err != nil {
+		return Value{}, err
+	}
+	return acc, nil
 }
 
 // newList builds a list or tuple, refusing values nested too deeply.

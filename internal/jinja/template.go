@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,9 @@ import (
 type Template struct {
 	body  []stmt
 	lines *lineIndex
+	// sizeHint is the size of the last output plus some: the next render's
+	// output buffer starts that large instead of growing by doubling.
+	sizeHint atomic.Int64
 }
 
 // Parse parses a template's source. Its errors are *SyntaxError (with the
@@ -67,11 +71,16 @@ func (t *Template) render(ctx context.Context, vars map[string]Value, o *RenderO
 		return "", fmt.Errorf("jinja: render: %w", err)
 	}
 	r.out = &outBuf{top: true}
+	if hint := t.sizeHint.Load(); hint > 0 && hint <= r.lim.Output {
+		r.out.b.Grow(int(hint))
+	}
 	root := &scope{}
 	if _, err := r.execBlock(t.body, root); err != nil {
 		return "", err
 	}
-	return r.out.b.String(), nil
+	out := r.out.String()
+	t.sizeHint.Store(int64(len(out)) + int64(len(out))/8)
+	return out, nil
 }
 
 // renderer is the state of one render.
@@ -91,9 +100,35 @@ type renderer struct {
 	out   *outBuf
 }
 
+// outBuf collects output. A buffer that received one string holds it
+// without copying (a macro's body is often one {{ expression }}).
 type outBuf struct {
-	b   strings.Builder
-	top bool
+	b     strings.Builder
+	first string // the only write so far, when b is empty
+	n     int    // bytes written
+	top   bool
+}
+
+func (o *outBuf) writeString(s string) {
+	switch {
+	case o.n == 0:
+		o.first = s
+	case o.b.Len() == 0:
+		o.b.Grow(o.n + len(s))
+		o.b.WriteString(o.first)
+		o.first = ""
+		o.b.WriteString(s)
+	default:
+		o.b.WriteString(s)
+	}
+	o.n += len(s)
+}
+
+func (o *outBuf) String() string {
+	if o.b.Len() == 0 {
+		return o.first
+	}
+	return o.b.String()
 }
 
 // ctrl is how a block ended.
@@ -175,13 +210,13 @@ func (r *renderer) chargeList(off, n int) error { return r.charge(off, int64(n)*
 
 func (r *renderer) write(off int, s string) error {
 	if r.out.top {
-		if int64(r.out.b.Len())+int64(len(s)) > r.lim.Output {
+		if int64(r.out.n)+int64(len(s)) > r.lim.Output {
 			return r.limit(off, LimitOutput, r.lim.Output)
 		}
 	} else if err := r.charge(off, int64(len(s))); err != nil {
 		return err
 	}
-	r.out.b.WriteString(s)
+	r.out.writeString(s)
 	return nil
 }
 
@@ -190,7 +225,7 @@ func (r *renderer) capture(f func() error) (string, error) {
 	saved := r.out
 	r.out = &outBuf{}
 	err := f()
-	s := r.out.b.String()
+	s := r.out.String()
 	r.out = saved
 	return s, err
 }
@@ -200,26 +235,33 @@ func (r *renderer) capture(f func() error) (string, error) {
 // variables and the globals.
 type scope struct {
 	parent *scope
-	names  []string
-	vals   []Value
+	vars   []binding
+	inline [4]binding // the first bindings, without a second allocation
+}
+
+type binding struct {
+	name string
+	v    Value
 }
 
 func (s *scope) set(name string, v Value) {
-	for i, n := range s.names {
-		if n == name {
-			s.vals[i] = v
+	for i := range s.vars {
+		if s.vars[i].name == name {
+			s.vars[i].v = v
 			return
 		}
 	}
-	s.names = append(s.names, name)
-	s.vals = append(s.vals, v)
+	if s.vars == nil {
+		s.vars = s.inline[:0]
+	}
+	s.vars = append(s.vars, binding{name, v})
 }
 
 func (r *renderer) lookup(sc *scope, name string) (Value, bool) {
 	for s := sc; s != nil; s = s.parent {
-		for i := len(s.names) - 1; i >= 0; i-- {
-			if s.names[i] == name {
-				return s.vals[i], true
+		for i := range s.vars {
+			if s.vars[i].name == name {
+				return s.vars[i].v, true
 			}
 		}
 	}
