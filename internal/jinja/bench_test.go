@@ -62,4 +62,3 @@ func BenchmarkRenderQwen35(b *testing.B) {
 		}
 	})
 }
-
