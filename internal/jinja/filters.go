@@ -1230,7 +1230,7 @@ func filterTruncate(r *renderer, off int, v Value, args []Value, kw []kwArg) (Va
 		return Value{}, r.errorf(off, "expected length >= %d, got %d", runeLen(end), length)
 	}
 	chars := []rune(s)
-	if int64(len(chars)) <= length+leeway {
+	if int64(len(chars)) <= length || int64(len(chars))-length <= leeway {
 		return String(s), nil
 	}
 	cut := string(chars[:length-int64(runeLen(end))])

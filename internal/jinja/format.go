@@ -194,7 +194,10 @@ func (r *renderer) formatSpec(off int, v Value, spec string) (string, error) {
 	for p < len(spec) && spec[p] >= '0' && spec[p] <= '9' {
 		p++
 	}
-	width, _ := strconv.Atoi(spec[w0:p])
+	width, err := strconv.Atoi(spec[w0:p])
+	if err != nil && p > w0 {
+		return "", r.errorf(off, "too many decimal digits in format string")
+	}
 	group := ""
 	if p < len(spec) && (spec[p] == ',' || spec[p] == '_') {
 		group = spec[p : p+1]
@@ -209,7 +212,9 @@ func (r *renderer) formatSpec(off int, v Value, spec string) (string, error) {
 		if q == p+1 {
 			return "", r.errorf(off, "format specifier missing precision")
 		}
-		prec, _ = strconv.Atoi(spec[p+1 : q])
+		if prec, err = strconv.Atoi(spec[p+1 : q]); err != nil {
+			return "", r.errorf(off, "too many decimal digits in format string")
+		}
 		p = q
 	}
 	typ := byte(0)

@@ -147,3 +147,54 @@ func TestLimitErrorNamesLimitAndPosition(t *testing.T) {
 		t.Fatalf("error %q, want %q", err, want)
 	}
 }
+
+// TestHostileFormats: format widths and precisions cannot make a render
+// allocate gigabytes.
+func TestHostileFormats(t *testing.T) {
+	for _, src := range []string{
+		`{{ "%.999999999f" % 1.5 }}`, `{{ "%999999999999999999999d" % 1 }}`, `{{ "{:.999999999f}".format(1.5) }}`,
+		`{{ "{:99999999999999999999}".format(1) }}`, `{{ "x"|truncate(9223372036854775807) }}`,
+		`{{ "abc"|truncate(3, leeway=9223372036854775807) }}`,
+	} {
+		tmpl, err := Parse(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := tmpl.Render(context.Background(), nil, nil)
+		var le *LimitError
+		var e *Error
+		if err == nil && len(out) > 16 || err != nil && !errors.As(err, &le) && !errors.As(err, &e) {
+			t.Errorf("%s: %d bytes, %v", src, len(out), err)
+		}
+	}
+}
+
+// TestConcurrentRenders: one Template renders from many goroutines (run
+// with -race in CI's race job).
+func TestConcurrentRenders(t *testing.T) {
+	tmpl, err := Parse(`{% for i in range(n) %}{{ i }}{{ "," if not loop.last }}{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for n := 0; n < 50; n++ {
+				out, err := tmpl.Render(context.Background(), map[string]Value{"n": Int(int64(n))}, nil)
+				if err == nil && strings.Count(out, ",") != max(n-1, 0) {
+					err = errors.New("wrong output " + out)
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

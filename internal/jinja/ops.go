@@ -471,7 +471,7 @@ func (r *renderer) printf(off int, format string, args Value) (Value, error) {
 
 // formatOne formats one %-conversion.
 func (r *renderer) formatOne(off int, spec string, conv byte, arg Value) (string, error) {
-	if width := widthOf(spec); width > 1<<20 {
+	if width, prec := widthOf(spec); width > 1<<20 || prec > 1<<20 {
 		return "", r.limit(off, LimitAlloc, r.lim.Alloc)
 	}
 	switch conv {
@@ -527,11 +527,19 @@ func (r *renderer) formatOne(off int, spec string, conv byte, arg Value) (string
 	return "", r.errorf(off, "unsupported format character '%c'", conv)
 }
 
-func widthOf(spec string) int {
+// widthOf reads the width and precision of a %-spec (overlong numbers count
+// as huge).
+func widthOf(spec string) (int, int) {
 	s := strings.TrimLeft(spec, "%-+ 0#")
-	if i := strings.IndexByte(s, '.'); i >= 0 {
-		s = s[:i]
+	num := func(t string) int {
+		if len(t) > 9 {
+			return math.MaxInt32
+		}
+		n, _ := strconv.Atoi(t)
+		return n
 	}
-	n, _ := strconv.Atoi(s)
-	return n
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		return num(s[:i]), num(s[i+1:])
+	}
+	return num(s), 0
 }
