@@ -262,7 +262,7 @@ func (r *renderer) evalSum(e *binExpr, sc *scope) (Value, error) {
 		if err != nil {
 			return Value{}, err
 		}
-		if acc.kind == KindString && v.kind == KindString {
+		if acc.kind == KindString && v.kind == KindString && !acc.isMarkup() && !v.isMarkup() {
 			if parts == nil {
 				parts = append(make([]string, 0, 2*i+2), acc.s)
 				size = len(acc.s)

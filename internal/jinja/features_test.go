@@ -176,6 +176,7 @@ ccc`},
 	{name: "strftime_now", src: `{{ strftime_now('%Y-%m-%d %H:%M:%S %a %A %b %B %j %p %I %y %%') }}`, ctx: ``, want: `2026-07-26 10:00:00 Sun Sunday Jul July 207 AM 10 26 %`},
 	{name: "print_values", src: `{{ none }} {{ true }} {{ 1.0 }} {{ 1e16 }} {{ 0.1 + 0.2 }} {{ -0.0 }} {{ 1e-05 }} {{ 100000000000000.0 }} {{ ['a\'b', 'c"d', 'e\'f"g', '\n\x01é'] }} {{ {'a': (1,)} }} {{ missing }}`, ctx: ``, want: `None True 1.0 1e+16 0.30000000000000004 -0.0 1e-05 100000000000000.0 ["a'b", 'c"d', 'e\'f"g', '\n\x01é'] {'a': (1,)} `},
 	{name: "print_namespace_cycle", src: `{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}`, ctx: ``, want: `<Namespace {'self': <Namespace {...}>}>`},
+	{name: "markup", src: `{{ 'a'|safe + '<b>' + 'c' }} {{ '<x>' + 'y'|safe }} {{ ('a'|safe + '<') ~ '<' }} {{ '%s<'|safe % '<' }} {{ '<'|e + '<' }} {{ '<'|e|e }} {{ '<'|forceescape|forceescape }} {{ ('<'|safe)|string + '<' }} {{ '<'|safe }}`, ctx: ``, want: `a&lt;b&gt;c &lt;x&gt;y a&lt;< &lt;< &lt;&lt; &lt; &amp;lt; <&lt; <`},
 	{name: "err_undefined_attr", src: `{{ missing.attr }}`, ctx: ``, fails: true},                       // jinja2: UndefinedError: 'missing' is undefined
 	{name: "err_undefined_call", src: `{{ missing() }}`, ctx: ``, fails: true},                          // jinja2: UndefinedError: 'missing' is undefined
 	{name: "err_undefined_arith", src: `{{ missing + 1 }}`, ctx: ``, fails: true},                       // jinja2: UndefinedError: 'missing' is undefined

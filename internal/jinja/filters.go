@@ -29,7 +29,7 @@ func init() {
 		"escape":         filterEscape,
 		"first":          filterFirst,
 		"float":          filterFloat,
-		"forceescape":    filterEscape,
+		"forceescape":    filterForceEscape,
 		"format":         filterFormat,
 		"groupby":        filterGroupby,
 		"indent":         filterIndent,
@@ -363,16 +363,31 @@ func filterDictsort(r *renderer, off int, v Value, args []Value, kw []kwArg) (Va
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "'", "&#39;", `"`, "&#34;")
 
+// filterEscape is escape (e): HTML-escaped Markup; Markup stays as it is.
 func filterEscape(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, error) {
+	if v.isMarkup() {
+		return v, nil
+	}
+	return filterForceEscape(r, off, v, args, kw)
+}
+
+func filterForceEscape(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, error) {
 	s, err := r.str(off, v)
 	if err != nil {
 		return Value{}, err
 	}
-	return r.result(off, htmlEscaper.Replace(s))
+	e, err := r.result(off, htmlEscaper.Replace(s))
+	return markup(e.s), err
 }
 
+// filterSafe is safe: the value as Markup (a string the + operator does not
+// escape, but whose other operand it escapes, like markupsafe's).
 func filterSafe(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, error) {
-	return v, nil
+	s, err := r.str(off, v)
+	if err != nil {
+		return Value{}, err
+	}
+	return markup(s), nil
 }
 
 func filterFirst(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, error) {
@@ -1111,6 +1126,9 @@ func filterSort(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value,
 }
 
 func filterString(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, error) {
+	if v.kind == KindString {
+		return v, nil // soft_str keeps Markup
+	}
 	s, err := r.str(off, v)
 	if err != nil {
 		return Value{}, err

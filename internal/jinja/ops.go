@@ -31,6 +31,20 @@ func (r *renderer) binop(off int, op string, a, b Value) (Value, error) {
 	case "+":
 		switch {
 		case a.kind == KindString && b.kind == KindString:
+			if a.isMarkup() || b.isMarkup() {
+				// Markup.__add__ / __radd__ escape the plain operand
+				x, y := a.s, b.s
+				if !a.isMarkup() {
+					x = htmlEscaper.Replace(x)
+				}
+				if !b.isMarkup() {
+					y = htmlEscaper.Replace(y)
+				}
+				if err := r.charge(off, int64(len(x)+len(y))); err != nil {
+					return Value{}, err
+				}
+				return markup(x + y), nil
+			}
 			if err := r.charge(off, int64(len(a.s)+len(b.s))); err != nil {
 				return Value{}, err
 			}
@@ -55,6 +69,11 @@ func (r *renderer) binop(off int, op string, a, b Value) (Value, error) {
 		}
 	case "%":
 		if a.kind == KindString {
+			if a.isMarkup() {
+				// Markup.__mod__ escapes the arguments
+				v, err := r.printfEscaped(off, a.s, b)
+				return markup(v.s), err
+			}
 			return r.printf(off, a.s, b)
 		}
 	}
@@ -375,6 +394,47 @@ func (r *renderer) contains(off int, container, x Value) (bool, error) {
 		return false, nil
 	}
 	return false, r.errorf(off, "argument of type '%s' is not iterable", container.typeName())
+}
+
+// printfEscaped is Markup("format") % args: each argument HTML-escaped.
+func (r *renderer) printfEscaped(off int, format string, args Value) (Value, error) {
+	esc := func(v Value) (Value, error) {
+		if v.isMarkup() {
+			return v, nil
+		}
+		if v.kind == KindString {
+			return String(htmlEscaper.Replace(v.s)), nil
+		}
+		return v, nil
+	}
+	switch args.kind {
+	case KindList:
+		items := make([]Value, len(args.list().items))
+		for i, it := range args.list().items {
+			var err error
+			if items[i], err = esc(it); err != nil {
+				return Value{}, err
+			}
+		}
+		args = listValue(items, args.list().tuple)
+	case KindDict:
+		d := NewDict()
+		src := args.dict()
+		for i := range src.keys {
+			v, err := esc(src.vals[i])
+			if err != nil {
+				return Value{}, err
+			}
+			d.set(src.keys[i], v)
+		}
+		args = d.Value()
+	default:
+		var err error
+		if args, err = esc(args); err != nil {
+			return Value{}, err
+		}
+	}
+	return r.printf(off, format, args)
 }
 
 // printf is Python's "format" % args.

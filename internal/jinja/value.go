@@ -90,6 +90,13 @@ func Float(f float64) Value { return Value{kind: KindFloat, f: f} }
 // String returns a string value.
 func String(s string) Value { return Value{kind: KindString, s: s} }
 
+// markup is a string marked safe (markupsafe.Markup): the result of the safe
+// and escape filters. Markup + str escapes the str; everything else treats
+// it as a string.
+func markup(s string) Value { return Value{kind: KindString, s: s, i: 1} }
+
+func (v Value) isMarkup() bool { return v.kind == KindString && v.i == 1 }
+
 // NewList returns a list value holding items (not copied).
 func NewList(items ...Value) Value { return listValue(items, false) }
 

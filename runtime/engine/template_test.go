@@ -108,6 +108,9 @@ func TestChatTemplateDifferential(t *testing.T) {
 			for i, c := range cases {
 				got, err := compiled[c.tmpl].render(context.Background(), c.msgs, c.opts, func() time.Time { return jinjaoracle.Now })
 				want := res[i]
+				if o.Name() != "jinja2" && jinjaoracle.MarkupDivergence(c.tmpl, got) {
+					continue
+				}
 				switch {
 				case want.Output == nil && err == nil && o.Name() == "jinja2":
 					bad++

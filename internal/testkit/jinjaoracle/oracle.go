@@ -197,3 +197,12 @@ func LoadConversations(t testing.TB) Conversations {
 func UsesTools(conv string) bool {
 	return strings.HasPrefix(conv, "tool") || strings.HasPrefix(conv, "parallel")
 }
+
+// MarkupDivergence reports a render where @huggingface/jinja departs from
+// jinja2 (the reference) because the template adds a plain string to a |safe
+// one: markupsafe HTML-escapes the plain operand, @huggingface/jinja does not.
+// Functionary v3.1 prints its tool list that way. ours is our render, which
+// follows jinja2.
+func MarkupDivergence(template, ours string) bool {
+	return template == "meetkai-functionary-medium-v3.1" && strings.Contains(ours, "&#34;")
+}
