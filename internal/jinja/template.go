@@ -405,19 +405,31 @@ func (r *renderer) exec(s stmt, sc *scope) (ctrl, error) {
 	return ctrlNone, r.errorf(s.stmtOff(), "internal error: unknown statement %T", s)
 }
 
-// applyFilterChain applies a filter chain whose innermost argument is nil to v.
+// applyFilterChain applies a filter chain whose innermost argument is nil to
+// v, innermost first (without recursion: a chain may be long).
 func (r *renderer) applyFilterChain(f *filterExpr, v Value, sc *scope) (Value, error) {
-	if f.arg != nil {
-		inner, ok := f.arg.(*filterExpr)
+	var chain []*filterExpr
+	for x := f; x != nil; {
+		chain = append(chain, x)
+		if x.arg == nil {
+			break
+		}
+		inner, ok := x.arg.(*filterExpr)
 		if !ok {
-			return Value{}, r.errorf(f.off, "internal error: filter chain")
+			return Value{}, r.errorf(x.off, "internal error: filter chain")
+		}
+		x = inner
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		if err := r.step(chain[i].off); err != nil {
+			return Value{}, err
 		}
 		var err error
-		if v, err = r.applyFilterChain(inner, v, sc); err != nil {
+		if v, err = r.callFilter(chain[i], v, sc); err != nil {
 			return Value{}, err
 		}
 	}
-	return r.callFilter(f, v, sc)
+	return v, nil
 }
 
 // assign binds a target.
