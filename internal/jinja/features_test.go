@@ -177,6 +177,17 @@ ccc`},
 	{name: "print_values", src: `{{ none }} {{ true }} {{ 1.0 }} {{ 1e16 }} {{ 0.1 + 0.2 }} {{ -0.0 }} {{ 1e-05 }} {{ 100000000000000.0 }} {{ ['a\'b', 'c"d', 'e\'f"g', '\n\x01é'] }} {{ {'a': (1,)} }} {{ missing }}`, ctx: ``, want: `None True 1.0 1e+16 0.30000000000000004 -0.0 1e-05 100000000000000.0 ["a'b", 'c"d', 'e\'f"g', '\n\x01é'] {'a': (1,)} `},
 	{name: "print_namespace_cycle", src: `{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}`, ctx: ``, want: `<Namespace {'self': <Namespace {...}>}>`},
 	{name: "markup", src: `{{ 'a'|safe + '<b>' + 'c' }} {{ '<x>' + 'y'|safe }} {{ ('a'|safe + '<') ~ '<' }} {{ '%s<'|safe % '<' }} {{ '<'|e + '<' }} {{ '<'|e|e }} {{ '<'|forceescape|forceescape }} {{ ('<'|safe)|string + '<' }} {{ '<'|safe }}`, ctx: ``, want: `a&lt;b&gt;c &lt;x&gt;y a&lt;< &lt;< &lt;&lt; &lt; &amp;lt; <&lt; <`},
+	{name: "unknown_filter_deferred_in_if", src: `{% if false %}{{ x|nosuchfilter }}{% endif %}{{ 'x' if true else y|nosuch }}ok`, ctx: ``, want: `xok`},
+	{name: "err_unknown_filter_in_loop", src: `{% for x in [] %}{{ x|nosuchfilter }}{% endfor %}`, ctx: ``, fails: true}, // jinja2: parse: TemplateAssertionError: No filter named 'nosuchfilter'.
+	{name: "err_unknown_test_in_macro", src: `{% macro m() %}{{ 1 is nosuchtest }}{% endmacro %}`, ctx: ``, fails: true}, // jinja2: parse: TemplateAssertionError: No test named 'nosuchtest'.
+	{name: "falsy_map_select", src: `{{ none|map('string')|list }} {{ 0|select|list }} {{ ''|map('upper')|list }}`, ctx: ``, want: `[] [] []`},
+	{name: "err_int_undefined", src: `{{ missing|int }}`, ctx: ``, fails: true},     // jinja2: UndefinedError: 'missing' is undefined
+	{name: "err_float_undefined", src: `{{ missing|float }}`, ctx: ``, fails: true}, // jinja2: UndefinedError: 'missing' is undefined
+	{name: "printf_mapping_like", src: `{{ 'ab' % [1] }}|{{ '%s' % [1] }}|{{ '%s' % {'a': 1} }}|{{ 'x' % {'a': 1} }}`, ctx: ``, want: `ab|[1]|{'a': 1}|x`},
+	{name: "range_hashable", src: `{{ range(3) in {} }} {{ {range(2): 'r'}[range(2)] }}`, ctx: ``, want: `False r`},
+	{name: "truncate_non_string", src: `{{ [1, 2]|truncate(5) }} {{ missing|truncate(5) }}|`, ctx: ``, want: `[1, 2] |`},
+	{name: "err_indent_list", src: `{{ [1]|indent }}`, ctx: ``, fails: true},                            // jinja2: AttributeError: 'list' object has no attribute 'splitlines'
+	{name: "err_range_times", src: `{{ range(2) * 2 }}`, ctx: ``, fails: true},                          // jinja2: TypeError: unsupported operand type(s) for *: 'range' and 'int'
 	{name: "err_undefined_attr", src: `{{ missing.attr }}`, ctx: ``, fails: true},                       // jinja2: UndefinedError: 'missing' is undefined
 	{name: "err_undefined_call", src: `{{ missing() }}`, ctx: ``, fails: true},                          // jinja2: UndefinedError: 'missing' is undefined
 	{name: "err_undefined_arith", src: `{{ missing + 1 }}`, ctx: ``, fails: true},                       // jinja2: UndefinedError: 'missing' is undefined

@@ -90,6 +90,18 @@ func (r *renderer) applyFilter(off int, name string, v Value, args []Value, kw [
 	return fn(r, off, v, args, kw)
 }
 
+// strOperand is a filter's string argument where jinja2 uses it as a str
+// without converting it (indent's s += "\n", wordwrap's s.splitlines()).
+func (r *renderer) strOperand(off int, fname string, v Value) (string, error) {
+	switch v.kind {
+	case KindString:
+		return v.s, nil
+	case KindUndefined:
+		return "", r.undefinedError(off, v)
+	}
+	return "", r.errorf(off, "%s: a string is required, not %s", fname, v.typeName())
+}
+
 // iterable returns the items of an iterable filter argument, counting them
 // as loop iterations.
 func (r *renderer) iterable(off int, v Value) ([]Value, error) {
@@ -266,6 +278,8 @@ func filterInt(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, 
 		}
 	}
 	switch v.kind {
+	case KindUndefined:
+		return Value{}, r.undefinedError(off, v) // int(Undefined) raises
 	case KindInt, KindBool:
 		return Int(v.i), nil
 	case KindFloat:
@@ -294,6 +308,8 @@ func filterFloat(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value
 		def = a[0]
 	}
 	switch v.kind {
+	case KindUndefined:
+		return Value{}, r.undefinedError(off, v) // float(Undefined) raises
 	case KindInt, KindBool:
 		return Float(float64(v.i)), nil
 	case KindFloat:

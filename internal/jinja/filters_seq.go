@@ -385,6 +385,10 @@ func filterList(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value,
 }
 
 func filterMap(r *renderer, off int, v Value, args []Value, kw []kwArg) (Value, error) {
+	if !v.truth() {
+		// jinja2's map iterates only a true value (None|map is empty)
+		return genValue(nil, "generator"), nil
+	}
 	items, err := r.iterable(off, v)
 	if err != nil {
 		return Value{}, err

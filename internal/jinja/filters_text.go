@@ -83,7 +83,7 @@ func filterIndent(r *renderer, off int, v Value, args []Value, kw []kwArg) (Valu
 	if err != nil {
 		return Value{}, err
 	}
-	s, err := r.str(off, v)
+	s, err := r.strOperand(off, "indent", v)
 	if err != nil {
 		return Value{}, err
 	}
@@ -216,10 +216,6 @@ func filterTruncate(r *renderer, off int, v Value, args []Value, kw []kwArg) (Va
 	if err != nil {
 		return Value{}, err
 	}
-	s, err := r.str(off, v)
-	if err != nil {
-		return Value{}, err
-	}
 	length, leeway := int64(255), int64(5)
 	end := "..."
 	if got&1 != 0 {
@@ -240,10 +236,20 @@ func filterTruncate(r *renderer, off int, v Value, args []Value, kw []kwArg) (Va
 	if length < int64(runeLen(end)) || leeway < 0 {
 		return Value{}, r.errorf(off, "expected length >= %d, got %d", runeLen(end), length)
 	}
-	chars := []rune(s)
-	if int64(len(chars)) <= length || int64(len(chars))-length <= leeway {
-		return String(s), nil
+	// jinja2 takes len() of whatever it gets and returns it unchanged when
+	// short enough; only a long string is cut.
+	n, err := filterLength(r, off, v, nil, nil)
+	if err != nil {
+		return Value{}, err
 	}
+	if n.i <= length || n.i-length <= leeway {
+		return v, nil
+	}
+	if v.kind != KindString {
+		return Value{}, r.errorf(off, "'%s' object has no attribute 'rsplit'", v.typeName())
+	}
+	s := v.s
+	chars := []rune(s)
 	cut := string(chars[:length-int64(runeLen(end))])
 	if got&2 != 0 && a[1].truth() {
 		return r.result(off, cut+end)
@@ -326,7 +332,7 @@ func filterWordwrap(r *renderer, off int, v Value, args []Value, kw []kwArg) (Va
 	if err != nil {
 		return Value{}, err
 	}
-	s, err := r.str(off, v)
+	s, err := r.strOperand(off, "wordwrap", v)
 	if err != nil {
 		return Value{}, err
 	}

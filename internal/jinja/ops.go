@@ -62,9 +62,9 @@ func (r *renderer) binop(off int, op string, a, b Value) (Value, error) {
 		}
 	case "*":
 		switch {
-		case (a.kind == KindString || a.kind == KindList && a.list().gen == "") && (b.kind == KindInt || b.kind == KindBool):
+		case (a.kind == KindString || a.isPlainList()) && (b.kind == KindInt || b.kind == KindBool):
 			return r.repeat(off, a, b.i)
-		case (b.kind == KindString || b.kind == KindList && b.list().gen == "") && (a.kind == KindInt || a.kind == KindBool):
+		case (b.kind == KindString || b.isPlainList()) && (a.kind == KindInt || a.kind == KindBool):
 			return r.repeat(off, b, a.i)
 		}
 	case "%":
@@ -335,7 +335,7 @@ func (r *renderer) order(off int, op string, a, b Value) (int, error) {
 		return unordered(op), nil
 	case a.kind == KindString && b.kind == KindString:
 		return strings.Compare(a.s, b.s), nil
-	case a.kind == KindList && b.kind == KindList && a.list().tuple == b.list().tuple && a.list().gen == "" && b.list().gen == "":
+	case a.isPlainList() && b.isPlainList() && a.list().tuple == b.list().tuple:
 		la, lb := a.list().items, b.list().items
 		for i := 0; i < len(la) && i < len(lb); i++ {
 			if equal(la[i], lb[i]) {
@@ -441,16 +441,21 @@ func (r *renderer) printfEscaped(off int, format string, args Value) (Value, err
 func (r *renderer) printf(off int, format string, args Value) (Value, error) {
 	var list []Value
 	var mapping *Dict
+	// Python treats a non-tuple argument with __getitem__ (a dict, a list) as
+	// a possible mapping: %(name)s reads it, and unused it is no error.
+	mappingLike := false
 	switch args.kind {
 	case KindList:
 		if args.list().tuple {
 			list = args.list().items
 		} else {
 			list = []Value{args}
+			mappingLike = args.list().gen == ""
 		}
 	case KindDict:
 		mapping = args.dict()
 		list = []Value{args}
+		mappingLike = true
 	default:
 		list = []Value{args}
 	}
@@ -502,7 +507,7 @@ func (r *renderer) printf(off int, format string, args Value) (Value, error) {
 			continue
 		}
 		if !haveArg {
-			if mapping != nil && len(list) == 1 && !used && next == 0 {
+			if mappingLike && len(list) == 1 && !used && next == 0 {
 				arg = list[0]
 			} else if next < len(list) {
 				arg = list[next]
@@ -520,7 +525,7 @@ func (r *renderer) printf(off int, format string, args Value) (Value, error) {
 			return Value{}, r.limit(off, LimitAlloc, r.lim.Alloc)
 		}
 	}
-	if mapping == nil && next < len(list) {
+	if !mappingLike && next < len(list) {
 		return Value{}, r.errorf(off, "not all arguments converted during string formatting")
 	}
 	if err := r.charge(off, int64(b.Len())); err != nil {

@@ -30,6 +30,9 @@ func Parse(src string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNames(body, lines); err != nil {
+		return nil, err
+	}
 	return &Template{body: body, lines: lines}, nil
 }
 

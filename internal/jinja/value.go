@@ -95,6 +95,11 @@ func String(s string) Value { return Value{kind: KindString, s: s} }
 // it as a string.
 func markup(s string) Value { return Value{kind: KindString, s: s, i: 1} }
 
+// isPlainList is a list or tuple (not an iterator, not a range).
+func (v Value) isPlainList() bool {
+	return v.kind == KindList && v.list().gen == "" && v.list().rng == ""
+}
+
 func (v Value) isMarkup() bool { return v.kind == KindString && v.i == 1 }
 
 // NewList returns a list value holding items (not copied).
@@ -258,6 +263,10 @@ func keyOf(v Value) (dictKey, bool) {
 		return dictKey{k: KindFloat, i: int64(math.Float64bits(v.f))}, true
 	case KindNone:
 		return dictKey{k: KindNone}, true
+	case KindList:
+		if rng := v.list().rng; rng != "" {
+			return dictKey{k: KindList, s: rng}, true // ranges are hashable
+		}
 	}
 	return dictKey{}, false
 }
