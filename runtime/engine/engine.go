@@ -114,7 +114,8 @@ type TemplateOptions struct {
 	// enable_thinking variable (Qwen3 / Qwen3.5 templates read it).
 	EnableThinking *bool
 	// Tools are OpenAI tool definitions ({"type": "function", "function":
-	// {...}}), passed to the template as tools. Each is kept as its JSON text
+	// {...}}), passed to the template as tools (nil: the template sees None,
+	// as transformers passes it without tools). Each is kept as its JSON text
 	// so that a template printing it (tools|tojson) prints the client's key
 	// order, as transformers does; Go maps would lose it.
 	Tools []json.RawMessage
