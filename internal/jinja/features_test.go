@@ -186,8 +186,15 @@ ccc`},
 	{name: "printf_mapping_like", src: `{{ 'ab' % [1] }}|{{ '%s' % [1] }}|{{ '%s' % {'a': 1} }}|{{ 'x' % {'a': 1} }}`, ctx: ``, want: `ab|[1]|{'a': 1}|x`},
 	{name: "range_hashable", src: `{{ range(3) in {} }} {{ {range(2): 'r'}[range(2)] }}`, ctx: ``, want: `False r`},
 	{name: "truncate_non_string", src: `{{ [1, 2]|truncate(5) }} {{ missing|truncate(5) }}|`, ctx: ``, want: `[1, 2] |`},
-	{name: "err_indent_list", src: `{{ [1]|indent }}`, ctx: ``, fails: true},                            // jinja2: AttributeError: 'list' object has no attribute 'splitlines'
-	{name: "err_range_times", src: `{{ range(2) * 2 }}`, ctx: ``, fails: true},                          // jinja2: TypeError: unsupported operand type(s) for *: 'range' and 'int'
+	{name: "err_indent_list", src: `{{ [1]|indent }}`, ctx: ``, fails: true},   // jinja2: AttributeError: 'list' object has no attribute 'splitlines'
+	{name: "err_range_times", src: `{{ range(2) * 2 }}`, ctx: ``, fails: true}, // jinja2: TypeError: unsupported operand type(s) for *: 'range' and 'int'
+	{name: "tuple_keys", src: `{{ [(1, 2), (1, 2), (1, 'a')]|unique|list }} {{ {(1, 2): 'x'}[(1, 2)] }} {{ {(1, 1.0): 1}[(true, 1)] }} {{ d[1, 2] }}`, ctx: `{"d": {}}`, want: `[(1, 2), (1, 'a')] x 1 `},
+	{name: "tuple_methods", src: `{{ (1, 2, 1).count(1) }} {{ (1, 2).index(2) }} {{ range(3).index(2) }} [{{ (1,).copy }}] [{{ (1,).append }}]`, ctx: ``, want: `2 1 2 [] []`},
+	{name: "markup_repr", src: `{{ ['<'|safe] }}`, ctx: ``, want: `[Markup('<')]`},
+	{name: "empty_subscript_parses", src: `{% if false %}{{ x[] }}{% endif %}ok`, ctx: ``, want: `ok`},
+	{name: "test_implicit_argument", src: `{{ 1 is odd }} {{ 'a' is lower }}`, ctx: ``, want: `True True`},
+	{name: "err_test_extra_argument", src: `{{ 1 is odd not in [1] }}`, ctx: ``, fails: true},           // jinja2: TypeError: test_odd() takes 1 positional argument but 2 were given
+	{name: "err_tuple_unhashable_item", src: `{{ (1, [2]) in {} }}`, ctx: ``, fails: true},              // jinja2: TypeError: unhashable type: 'list'
 	{name: "err_undefined_attr", src: `{{ missing.attr }}`, ctx: ``, fails: true},                       // jinja2: UndefinedError: 'missing' is undefined
 	{name: "err_undefined_call", src: `{{ missing() }}`, ctx: ``, fails: true},                          // jinja2: UndefinedError: 'missing' is undefined
 	{name: "err_undefined_arith", src: `{{ missing + 1 }}`, ctx: ``, fails: true},                       // jinja2: UndefinedError: 'missing' is undefined

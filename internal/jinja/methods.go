@@ -31,14 +31,22 @@ func methodValue(obj Value, name string) (Value, bool) {
 	case KindString:
 		ok = strMethods[name]
 	case KindList:
-		ok = listMethods[name]
+		l := obj.list()
+		switch {
+		case l.gen != "":
+		case l.tuple || l.rng != "":
+			ok = name == "count" || name == "index" // tuples and ranges have only these
+		default:
+			ok = listMethods[name]
+		}
 	case KindDict:
 		ok = dictMethods[name]
 	}
 	if ok {
 		return Value{kind: KindCallable, p: &boundMethod{recv: obj, name: name}}, true
 	}
-	if unsafeMethods[obj.kind][name] {
+	mutable := obj.kind == KindDict || obj.isPlainList() && !obj.list().tuple
+	if mutable && unsafeMethods[obj.kind][name] {
 		return Value{kind: KindUndefined, i: 1, s: "access to attribute '" + name + "' of '" + obj.typeName() + "' object is unsafe"}, true
 	}
 	return Value{}, false

@@ -453,10 +453,7 @@ func (p *parser) parseSubscript(obj expr) (expr, error) {
 		args = append(args, a)
 	}
 	p.advance()
-	switch len(args) {
-	case 0:
-		return nil, p.fail(t.off, "expected an expression in '[]'")
-	case 1:
+	if len(args) == 1 {
 		return &getitemExpr{off: t.off, obj: obj, key: args[0]}, nil
 	}
 	return &getitemExpr{off: t.off, obj: obj, key: &tupleExpr{off: t.off, items: args}}, nil

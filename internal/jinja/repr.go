@@ -62,6 +62,10 @@ func (w *reprWriter) write(v Value, depth int) error {
 	b := w.b
 	switch v.kind {
 	case KindString:
+		if v.isMarkup() {
+			b.WriteString("Markup(" + reprString(v.s) + ")")
+			return nil
+		}
 		b.WriteString(reprString(v.s))
 	case KindUndefined:
 		b.WriteString("Undefined")

@@ -103,6 +103,9 @@ func isSequence(v Value) bool {
 
 func parityTest(want int64) testFunc {
 	return func(r *renderer, off int, v Value, args []Value, kw []kwArg) (bool, error) {
+		if len(args) > 0 || len(kw) > 0 {
+			return false, r.errorf(off, "test takes no arguments")
+		}
 		m, err := r.binop(off, "%", v, Int(2))
 		if err != nil {
 			return false, err
@@ -125,6 +128,9 @@ func testDivisible(r *renderer, off int, v Value, args []Value, kw []kwArg) (boo
 
 func caseTest(upper bool) testFunc {
 	return func(r *renderer, off int, v Value, args []Value, kw []kwArg) (bool, error) {
+		if len(args) > 0 || len(kw) > 0 {
+			return false, r.errorf(off, "test takes no arguments")
+		}
 		s, err := r.str(off, v)
 		if err != nil {
 			return false, err
@@ -182,11 +188,17 @@ func testIn(r *renderer, off int, v Value, args []Value, kw []kwArg) (bool, erro
 }
 
 func testFilterExists(r *renderer, off int, v Value, args []Value, kw []kwArg) (bool, error) {
+	if len(args) > 0 || len(kw) > 0 {
+		return false, r.errorf(off, "test takes no arguments")
+	}
 	_, ok := filters[v.s]
 	return v.kind == KindString && ok, nil
 }
 
 func testTestExists(r *renderer, off int, v Value, args []Value, kw []kwArg) (bool, error) {
+	if len(args) > 0 || len(kw) > 0 {
+		return false, r.errorf(off, "test takes no arguments")
+	}
 	_, ok := tests[v.s]
 	return v.kind == KindString && ok, nil
 }

@@ -2,6 +2,8 @@ package jinja
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -264,8 +266,28 @@ func keyOf(v Value) (dictKey, bool) {
 	case KindNone:
 		return dictKey{k: KindNone}, true
 	case KindList:
-		if rng := v.list().rng; rng != "" {
-			return dictKey{k: KindList, s: rng}, true // ranges are hashable
+		l := v.list()
+		if l.rng != "" {
+			return dictKey{k: KindList, s: "r" + l.rng}, true // ranges are hashable
+		}
+		if l.tuple && l.gen == "" {
+			// a tuple of hashable values is hashable: key it by its items' keys
+			var b strings.Builder
+			b.WriteByte('t')
+			for _, it := range l.items {
+				k, ok := keyOf(it)
+				if !ok {
+					return dictKey{}, false
+				}
+				b.WriteString(strconv.Itoa(int(k.k)))
+				b.WriteByte(':')
+				b.WriteString(strconv.FormatInt(k.i, 10))
+				b.WriteByte(':')
+				b.WriteString(strconv.Itoa(len(k.s)))
+				b.WriteByte(':')
+				b.WriteString(k.s)
+			}
+			return dictKey{k: KindList, s: b.String()}, true
 		}
 	}
 	return dictKey{}, false
