@@ -12,6 +12,7 @@ import (
 
 	"github.com/phonellm/phonellm/internal/jinja"
 	"github.com/phonellm/phonellm/internal/testkit/jinjaoracle"
+	"github.com/phonellm/phonellm/pipeline"
 )
 
 // corpusMessages decodes the shared corpus's conversations as the API would
@@ -265,8 +266,12 @@ func TestChatTemplateParts(t *testing.T) {
 func TestChatTemplateErrors(t *testing.T) {
 	_, err := NewChatTemplate("{% for x in %}", "", "")
 	var pe *TemplateParseError
-	if !errors.As(err, &pe) || !pe.InputError() || !strings.Contains(err.Error(), "line 1:13") {
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "line 1:13") {
 		t.Fatalf("parse: %v", err)
+	}
+	// the engine wraps it with the file's name; it stays an input error (exit 3)
+	if wrapped := fmt.Errorf("goengine: model.gguf: %w", err); !pipeline.IsInputError(wrapped) {
+		t.Fatalf("%v is not an input error", wrapped)
 	}
 	msgs := []Message{{Role: "user", Content: "hi"}}
 	loop, err := NewChatTemplate(`{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, "", "")
