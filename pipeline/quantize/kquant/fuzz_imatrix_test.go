@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -273,4 +274,66 @@ func warmLattices() {
 	iq1Lattice()
 	iq3xxsLattice()
 	iq3sLattice()
+}
+
+// crossImatrix makes importance vectors of many kinds: lognormal, all equal,
+// sparse, with exact ties, spread over many magnitudes, all zero, with a
+// few negative values, and tiny/huge.
+func crossImatrix(r *rand.Rand, n int) []float32 {
+	im := make([]float32, n)
+	kind := r.IntN(8)
+	for i := range im {
+		switch kind {
+		case 0:
+			im[i] = float32(math.Exp(r.NormFloat64() * 2))
+		case 1:
+			im[i] = 1
+		case 2:
+			if r.IntN(4) == 0 {
+				im[i] = float32(r.ExpFloat64())
+			}
+		case 3:
+			im[i] = float32(1 + r.IntN(3))
+		case 4:
+			im[i] = float32(math.Pow(10, float64(r.IntN(25)-12)))
+		case 5:
+			im[i] = 0
+		case 6:
+			im[i] = float32(r.NormFloat64())
+		default:
+			im[i] = float32(r.ExpFloat64()) * 1e-30
+		}
+	}
+	return im
+}
+
+// TestWeightedFastMatchesReference runs the fast weighted kernels and their
+// references on rows of one to three super-blocks (odd lengths of the
+// 32-value formats too) made by crossInputs, with crossImatrix importance
+// vectors, and requires identical bytes.
+func TestWeightedFastMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 23))
+	iters := 150
+	if testing.Short() {
+		iters = 30
+	}
+	for _, name := range []string{"Q4_1", "Q5_1", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"} {
+		f, _ := ForName(name)
+		for it := 0; it < iters; it++ {
+			n := (1 + r.IntN(3)) * 256
+			if f.BlockSize == 32 && r.IntN(2) == 0 {
+				n = (1 + 2*r.IntN(4)) * 32
+			}
+			rows := 1 + r.IntN(2)
+			x := crossInputs(r, n*rows)
+			im := crossImatrix(r, n)
+			got := make([]byte, f.RowBytes(len(x)))
+			want := make([]byte, len(got))
+			f.QuantizeWeighted(got, x, im)
+			weightedReference(f, want, x, im, n)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s iteration %d: fast kernel differs from reference\nx %v\nim %v", name, it, x, im)
+			}
+		}
+	}
 }

@@ -74,6 +74,25 @@ func readGoldenImatrix(t testing.TB, f goldenFile) []byte {
 	return b
 }
 
+// referenceWeightedBlock and referenceWeightedRow are the plain reference
+// kernels of the imatrix paths (weighted.go holds what QuantizeWeighted
+// runs).
+var (
+	referenceWeightedBlock = map[uint32]blockKernel{
+		TypeQ2_K: refQ2KWeighted, TypeQ3_K: refQ3KWeighted, TypeQ4_K: refQ4KWeighted,
+		TypeQ5_K: refQ5KWeighted, TypeQ6_K: refQ6KWeighted,
+		TypeIQ4_NL:  func(y []byte, x, qw []float32) { refIQ4BlockWeighted(y, x, qw, 32) },
+		TypeIQ4_XS:  func(y []byte, x, qw []float32) { refIQ4BlockWeighted(y, x, qw, 256) },
+		TypeIQ2_XXS: refIQ2XXS, TypeIQ2_XS: refIQ2XS, TypeIQ2_S: refIQ2S,
+		TypeIQ3_XXS: refIQ3XXS, TypeIQ3_S: refIQ3S,
+		TypeIQ1_S: refIQ1S, TypeIQ1_M: refIQ1M,
+	}
+	referenceWeightedRow = map[uint32]rowKernel{
+		TypeQ4_0: refQ4_0Weighted, TypeQ4_1: refQ4_1Weighted,
+		TypeQ5_0: refQ5_0Weighted, TypeQ5_1: refQ5_1Weighted,
+	}
+)
+
 // weightedReference runs the plain reference kernels of a type the way
 // ggml_quantize_chunk does, one row at a time, with imatrix (nil = NULL).
 func weightedReference(f Format, dst []byte, src, imatrix []float32, nPerRow int) {
@@ -84,10 +103,10 @@ func weightedReference(f Format, dst []byte, src, imatrix []float32, nPerRow int
 		switch {
 		case imatrix == nil:
 			plainReference(f, y, x)
-		case weightedRow[f.Type] != nil:
-			weightedRow[f.Type](y, x, imatrix)
-		case weightedBlock[f.Type] != nil:
-			k := weightedBlock[f.Type]
+		case referenceWeightedRow[f.Type] != nil:
+			referenceWeightedRow[f.Type](y, x, imatrix)
+		case referenceWeightedBlock[f.Type] != nil:
+			k := referenceWeightedBlock[f.Type]
 			for i := 0; i < nPerRow/f.BlockSize; i++ {
 				k(y[i*f.BlockBytes:(i+1)*f.BlockBytes], x[i*f.BlockSize:(i+1)*f.BlockSize],
 					imatrix[i*f.BlockSize:(i+1)*f.BlockSize])

@@ -17,7 +17,8 @@ import "sync"
 
 // lattice8 is an expanded 8-dimensional grid (2 bits per level).
 type lattice8 struct {
-	points     [][8]int8 // each coordinate is 2*level+1
+	points     [][8]int8  // each coordinate is 2*level+1
+	levels     [][8]uint8 // the levels (0..2 in every grid of ggml)
 	kmap       []int32
 	neighbours []uint16
 }
@@ -98,11 +99,13 @@ func iq3sLattice() *lattice4 {
 // (one per group of four coordinates); testLattice in lattice_test.go checks
 // the result against a literal port of ggml's loop and sort.
 func newLattice8(kgrid []uint16, nwant int) *lattice8 {
-	g := &lattice8{points: make([][8]int8, len(kgrid)), kmap: make([]int32, iq2KmapSize)}
+	g := &lattice8{points: make([][8]int8, len(kgrid)), levels: make([][8]uint8, len(kgrid)),
+		kmap: make([]int32, iq2KmapSize)}
 	for k, packed := range kgrid {
 		for i := 0; i < 8; i++ {
 			l := int(packed>>(2*i)) & 3
 			g.points[k][i] = int8(2*l + 1)
+			g.levels[k][i] = uint8(l)
 		}
 	}
 	for i := range g.kmap {

@@ -91,7 +91,11 @@ func iq1FindBestNeighbour2(nbrs []uint16, g *lattice8, xval, weight []float32, s
 
 // refIQ1S encodes one IQ1_S block: d, qs[32] (low grid-index bytes), qh[8]
 // (uint16: 3 high index bits per 8 values, 3-bit scale, delta sign).
-func refIQ1S(y []byte, x, qw []float32) {
+func refIQ1S(y []byte, x, qw []float32) { iq1sEncode(y, x, qw, iq1FindBestNeighbour2) }
+
+// iq1sEncode is the body of refIQ1S with the neighbour search as a
+// parameter (the public kernel passes iq1FindBestNeighbour2Fast).
+func iq1sEncode(y []byte, x, qw []float32, nbr nbrSearch1) {
 	const blockSize = 32
 	g := iq1Lattice()
 	y = y[:50]
@@ -192,7 +196,7 @@ func refIQ1S(y []byte, x, qw []float32) {
 			gi := int(g.kmap[u])
 			if gi < 0 {
 				allOnGrid = false
-				gi = iq1FindBestNeighbour2(g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
+				gi = nbr(g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
 			}
 			index[k] = uint16(gi)
 		}
@@ -262,13 +266,62 @@ func iq1mLevels(k int) (first, second *[3]float32) {
 	return first, second
 }
 
+// iq1mSplitter is the exhaustive split search of quantize_row_iq1_m_impl
+// for one 16-value group: the values sorted ascending (pairs), their
+// weights and values; it returns the best scale and the split (i1, i2) and
+// shift code k, or k = -1 when no split has a positive sumq2.
+type iq1mSplitter func(pairs *[16]sortPair, weight, xb *[16]float32, max float32) (scale float32, besti1, besti2, bestK int)
+
+// iq1mSplitRef is that search as ggml writes it: for every split and shift
+// code, the weighted sums over all 16 values in sorted order.
+func iq1mSplitRef(pairs *[16]sortPair, weight, xb *[16]float32, max float32) (scale float32, besti1, besti2, bestK int) {
+	const blockSize = 16
+	bestScore := -fltMax
+	scale = max
+	besti1, besti2, bestK = -1, -1, -1
+	for i1 := 0; i1 <= blockSize; i1++ {
+		for i2 := i1; i2 <= blockSize; i2++ {
+			for k := 0; k < 4; k++ {
+				first, second := iq1mLevels(k)
+				var sumqx, sumq2 float32
+				for j := 0; j < blockSize; j++ {
+					seg := 2
+					if j < i1 {
+						seg = 0
+					} else if j < i2 {
+						seg = 1
+					}
+					i := pairs[j].idx
+					xv := second
+					if i < blockSize/2 {
+						xv = first
+					}
+					t := xv[seg]
+					sumqx += float32(float32(weight[i]*t) * xb[i])
+					sumq2 += float32(float32(weight[i]*t) * t)
+				}
+				if sumq2 > 0 && sumqx*sumqx > bestScore*sumq2 {
+					scale = sumqx / sumq2
+					bestScore = scale * sumqx
+					besti1, besti2, bestK = i1, i2, k
+				}
+			}
+		}
+	}
+	return scale, besti1, besti2, bestK
+}
+
 // iq1mMasks are the delta-sign bits of the two halves in qh per shift code.
 var iq1mMasks = [4]uint8{0x00, 0x80, 0x08, 0x88}
 
 // refIQ1M encodes one IQ1_M block: qs[32] (low grid-index bytes), qh[16]
 // (3 high index bits and a delta-sign bit per 8 values), scales[8] (four
 // uint16, each with four 3-bit group scales and 4 bits of the f16 scale).
-func refIQ1M(y []byte, x, qw []float32) {
+func refIQ1M(y []byte, x, qw []float32) { iq1mEncode(y, x, qw, iq1FindBestNeighbour2, iq1mSplitRef) }
+
+// iq1mEncode is the body of refIQ1M with the neighbour search and the
+// split search as parameters (the public kernel passes the fast ones).
+func iq1mEncode(y []byte, x, qw []float32, nbr nbrSearch1, split iq1mSplitter) {
 	const blockSize = 16
 	g := iq1Lattice()
 	y = y[:56]
@@ -315,38 +368,7 @@ func refIQ1M(y []byte, x, qw []float32) {
 			pairs[j] = sortPair{v, int32(j)}
 		}
 		glibcMergeSort(pairs[:], tmp[:])
-		bestScore := -fltMax
-		scale := max
-		besti1, besti2, bestK := -1, -1, -1
-		for i1 := 0; i1 <= blockSize; i1++ {
-			for i2 := i1; i2 <= blockSize; i2++ {
-				for k := 0; k < 4; k++ {
-					first, second := iq1mLevels(k)
-					var sumqx, sumq2 float32
-					for j := 0; j < blockSize; j++ {
-						seg := 2
-						if j < i1 {
-							seg = 0
-						} else if j < i2 {
-							seg = 1
-						}
-						i := pairs[j].idx
-						xv := second
-						if i < blockSize/2 {
-							xv = first
-						}
-						t := xv[seg]
-						sumqx += float32(float32(weight[i]*t) * xb[i])
-						sumq2 += float32(float32(weight[i]*t) * t)
-					}
-					if sumq2 > 0 && sumqx*sumqx > bestScore*sumq2 {
-						scale = sumqx / sumq2
-						bestScore = scale * sumqx
-						besti1, besti2, bestK = i1, i2, k
-					}
-				}
-			}
-		}
+		scale, besti1, besti2, bestK := split(&pairs, &weight, (*[blockSize]float32)(xb), max)
 		if besti1 < 0 || besti2 < 0 || bestK < 0 {
 			scales[ib] = 0
 			shifts[ib] = 0
@@ -382,7 +404,7 @@ func refIQ1M(y []byte, x, qw []float32) {
 			gi := int(g.kmap[u])
 			if gi < 0 {
 				allOnGrid = false
-				gi = iq1FindBestNeighbour2(g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
+				gi = nbr(g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
 			}
 			index[k] = uint16(gi)
 		}

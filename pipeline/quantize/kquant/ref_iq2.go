@@ -9,7 +9,11 @@ import "encoding/binary"
 
 // refIQ2XXS encodes one IQ2_XXS block: d, then 8 x (4 grid bytes, a uint32
 // with four 7-bit sign groups and a 4-bit scale).
-func refIQ2XXS(y []byte, x, qw []float32) {
+func refIQ2XXS(y []byte, x, qw []float32) { iq2xxsEncode(y, x, qw, iq2FindBestNeighbour) }
+
+// iq2xxsEncode is the body of refIQ2XXS with the neighbour search as a parameter
+// (the public kernel passes the table-driven iq2FindBestNeighbourFast).
+func iq2xxsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 	const kMaxQ = 3
 	g := iq2xxsLattice()
 	y = y[:66]
@@ -61,7 +65,7 @@ func refIQ2XXS(y []byte, x, qw []float32) {
 				}
 				u := packLevels8(Laux[8*k:])
 				if g.kmap[u] < 0 {
-					iq2FindBestNeighbour(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
+					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -82,7 +86,7 @@ func refIQ2XXS(y []byte, x, qw []float32) {
 				}
 				gi := int(g.kmap[u])
 				if gi < 0 {
-					gi = iq2FindBestNeighbour(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
+					gi = nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
 				}
 				pg := &g.points[gi]
 				for i := 0; i < 8; i++ {
@@ -131,7 +135,11 @@ func refIQ2XXS(y []byte, x, qw []float32) {
 
 // refIQ2XS encodes one IQ2_XS block: d, qs[32] (uint16: 9-bit grid index,
 // 7 sign bits), scales[8] (two 4-bit scales per 32 values).
-func refIQ2XS(y []byte, x, qw []float32) {
+func refIQ2XS(y []byte, x, qw []float32) { iq2xsEncode(y, x, qw, iq2FindBestNeighbour) }
+
+// iq2xsEncode is the body of refIQ2XS with the neighbour search as a parameter
+// (the public kernel passes the table-driven iq2FindBestNeighbourFast).
+func iq2xsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 	const kMaxQ = 3
 	g := iq2xsLattice()
 	y = y[:74]
@@ -181,7 +189,7 @@ func refIQ2XS(y []byte, x, qw []float32) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					iq2FindBestNeighbour(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
+					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -212,7 +220,7 @@ func refIQ2XS(y []byte, x, qw []float32) {
 					L[8*k+i] = int8(l)
 				}
 				if g.kmap[u] < 0 {
-					iq2FindBestNeighbour(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
+					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], L[:])
@@ -260,7 +268,11 @@ func refIQ2XS(y []byte, x, qw []float32) {
 
 // refIQ2S encodes one IQ2_S block: d, qs[64] (32 low grid-index bytes, then
 // 32 sign bytes), qh[8] (2 high index bits per 8 values), scales[8].
-func refIQ2S(y []byte, x, qw []float32) {
+func refIQ2S(y []byte, x, qw []float32) { iq2sEncode(y, x, qw, iq2FindBestNeighbour) }
+
+// iq2sEncode is the body of refIQ2S with the neighbour search as a parameter
+// (the public kernel passes the table-driven iq2FindBestNeighbourFast).
+func iq2sEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 	const kMaxQ = 3
 	g := iq2sLattice()
 	y = y[:82]
@@ -316,7 +328,7 @@ func refIQ2S(y []byte, x, qw []float32) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					iq2FindBestNeighbour(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
+					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -347,7 +359,7 @@ func refIQ2S(y []byte, x, qw []float32) {
 					L[8*k+i] = int8(l)
 				}
 				if g.kmap[u] < 0 {
-					iq2FindBestNeighbour(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
+					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], L[:])

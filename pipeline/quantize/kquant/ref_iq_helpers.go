@@ -145,6 +145,13 @@ func (g *lattice4) onGrid(u int) int {
 	return 0
 }
 
+// nbrSearch8 is the signature of iq2FindBestNeighbour and its fast
+// variant; nbrSearch1 that of iq1FindBestNeighbour2 and its fast variant.
+type (
+	nbrSearch8 func(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, L []int8) int
+	nbrSearch1 func(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, xg *[3]float32, L []int8) int
+)
+
 // iq2FindBestNeighbour is iq2_find_best_neighbour: the neighbour whose
 // points, times scale, are closest to xval in squared distance weighted by
 // weight (the first on ties); its levels go to L. If no distance is below

@@ -107,7 +107,6 @@ func refQ45KWeighted(hdr []byte, L *[256]uint8, x, qw []float32, nmax int, clamp
 	var Laux [32]uint8
 	var weights [32]float32
 	var mins, scales, sw [8]float32
-	var Ls, Lm [8]uint8
 	sigma2 := 2 * sumSquares(x) / 256
 	for j := 0; j < 8; j++ {
 		weightsSigma(weights[:], x[32*j:], qw[32*j:], sigma2)
@@ -118,6 +117,15 @@ func refQ45KWeighted(hdr []byte, L *[256]uint8, x, qw []float32, nmax int, clamp
 		sw[j] = sumw
 		scales[j], mins[j] = makeQKX3Quants(32, nmax, x[32*j:], weights[:], L[32*j:], Laux[:], -0.9, 0.05, 36, false)
 	}
+	finishQ45KWeighted(hdr, L, x, nmax, clamp63, &scales, &mins, &sw)
+}
+
+// finishQ45KWeighted is the second half of quantize_row_q4_K_impl /
+// quantize_row_q5_K_impl: the sub-block scales and mins quantized with
+// make_qp_quants (weights: the sub-block weight sums sw), packed, and every
+// sub-block re-quantized with the stored values.
+func finishQ45KWeighted(hdr []byte, L *[256]uint8, x []float32, nmax int, clamp63 bool, scales, mins, sw *[8]float32) {
+	var Ls, Lm [8]uint8
 	dBlock := makeQPQuants(8, 63, scales[:], Ls[:], sw[:])
 	mBlock := makeQPQuants(8, 63, mins[:], Lm[:], sw[:])
 	if clamp63 {

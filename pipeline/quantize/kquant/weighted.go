@@ -24,23 +24,24 @@ type blockKernel func(y []byte, x, qw []float32)
 // rowKernel encodes one whole row (len(x) values, len(qw) == len(x)).
 type rowKernel func(y []byte, x, qw []float32)
 
-// weightedKernels are the imatrix paths: per block for every format whose
-// weights depend only on the block, per row for Q4_0/Q4_1/Q5_0/Q5_1 (their
-// sigma2 is a row statistic). Q8_0, TQ1_0 and TQ2_0 are absent: ggml ignores
-// the importance matrix for them.
+// weightedBlock and weightedRow are the imatrix paths QuantizeWeighted
+// runs (the fast kernel where there is one, else the reference): per block
+// for every format whose weights depend only on the block, per row for
+// Q4_0/Q4_1/Q5_0/Q5_1 (their sigma2 is a row statistic). Q8_0, TQ1_0 and
+// TQ2_0 are absent: ggml ignores the importance matrix for them. The tests
+// hold the matching reference tables.
 var (
 	weightedBlock = map[uint32]blockKernel{
-		TypeQ2_K: refQ2KWeighted, TypeQ3_K: refQ3KWeighted, TypeQ4_K: refQ4KWeighted,
-		TypeQ5_K: refQ5KWeighted, TypeQ6_K: refQ6KWeighted,
-		TypeIQ4_NL:  func(y []byte, x, qw []float32) { refIQ4BlockWeighted(y, x, qw, 32) },
-		TypeIQ4_XS:  func(y []byte, x, qw []float32) { refIQ4BlockWeighted(y, x, qw, 256) },
-		TypeIQ2_XXS: refIQ2XXS, TypeIQ2_XS: refIQ2XS, TypeIQ2_S: refIQ2S,
+		TypeQ2_K: refQ2KWeighted, TypeQ3_K: refQ3KWeighted, TypeQ4_K: fastQ4KWeighted,
+		TypeQ5_K: fastQ5KWeighted, TypeQ6_K: refQ6KWeighted,
+		TypeIQ4_NL: fastIQ4NLWeighted, TypeIQ4_XS: fastIQ4XSWeighted,
+		TypeIQ2_XXS: fastIQ2XXS, TypeIQ2_XS: fastIQ2XS, TypeIQ2_S: fastIQ2S,
 		TypeIQ3_XXS: refIQ3XXS, TypeIQ3_S: refIQ3S,
-		TypeIQ1_S: refIQ1S, TypeIQ1_M: refIQ1M,
+		TypeIQ1_S: fastIQ1S, TypeIQ1_M: fastIQ1M,
 	}
 	weightedRow = map[uint32]rowKernel{
-		TypeQ4_0: refQ4_0Weighted, TypeQ4_1: refQ4_1Weighted,
-		TypeQ5_0: refQ5_0Weighted, TypeQ5_1: refQ5_1Weighted,
+		TypeQ4_0: refQ4_0Weighted, TypeQ4_1: fastQ4_1Weighted,
+		TypeQ5_0: refQ5_0Weighted, TypeQ5_1: fastQ5_1Weighted,
 	}
 )
 
@@ -123,12 +124,12 @@ func quantizeIQ3S(dst []byte, src []float32, nb int) {
 
 func quantizeIQ2S(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
-		refIQ2S(dst[i*82:], src[i*256:], nil)
+		fastIQ2S(dst[i*82:], src[i*256:], nil)
 	}
 }
 
 func quantizeIQ1M(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
-		refIQ1M(dst[i*56:], src[i*256:], nil)
+		fastIQ1M(dst[i*56:], src[i*256:], nil)
 	}
 }
