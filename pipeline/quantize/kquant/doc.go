@@ -76,11 +76,13 @@
 // The plain reference kernels (ref_*.go, legacy.go, ref_weighted_*.go,
 // ref_iq*.go, ref_tq.go) follow the C code statement by statement and are
 // the specification. Faster kernels (fast_*.go: fixed-size arrays, repeated
-// search steps skipped, prefix sums reused, a branch-free table search) are
-// what Format.Quantize runs; they perform the same float32 operations on
-// every value that decides the output, and the tests check them against the
-// reference bit for bit on odd block counts and offsets, on special values,
-// and under fuzzing. The grid tables (table_*.go) are format constants
+// search steps skipped, prefix sums reused, a branch-free table search,
+// tabulated lattice distances, shared split-search accumulators) are what
+// Format.Quantize and Format.QuantizeWeighted run where they exist; they
+// perform the same float32 operations on every value that decides the
+// output, and the tests check them against the reference bit for bit on odd
+// block counts and offsets, on special values, on adversarial importance
+// vectors, and under fuzzing. The grid tables (table_*.go) are format constants
 // transcribed from ggml-common.h and ggml-quants.c with their citation.
 //
 // # Testing

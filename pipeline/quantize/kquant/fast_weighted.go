@@ -3,10 +3,11 @@ package kquant
 import "encoding/binary"
 
 // Fast imatrix paths for the formats where the weighted search dominates
-// (Q4_K, Q5_K, Q4_1, Q5_1: make_qkx3_quants with 37 steps; IQ4_NL, IQ4_XS:
-// 16 table searches per block). They perform the same float32 operations as
-// their references (ref_weighted_*.go) on every value that decides the
-// output, and the tests check them against the references bit for bit.
+// (Q2_K, Q4_K, Q5_K, Q4_1, Q5_1: make_qkx3_quants with 37 steps; IQ4_NL,
+// IQ4_XS: 16 table searches per block). They perform the same float32
+// operations as their references (ref_weighted_*.go) on every value that
+// decides the output, and the tests check them against the references bit
+// for bit.
 //
 // make_qkx3_quants is make_qkx2_quants with "max <= min" for "max == min",
 // which is the same test: after min is raised to 0 when positive, min <= max
@@ -244,4 +245,142 @@ func fastIQ4XSWeighted(y []byte, xs, qw []float32) {
 			y[8+16*i+j] = L[32*i+j] | L[32*i+16+j]<<4
 		}
 	}
+}
+
+// qkx3Fast16 is makeQKX3Quants(16, nmax, x, w, L, _, -0.9, 0.05, 36,
+// false), the search of the weighted Q2_K sub-blocks, with the bookkeeping
+// savings of qkx2Fast16MAD: fixed-size arrays, x - min computed once per
+// value of min, and a step whose levels equal the previous evaluated step's
+// skipped (its sums, D, scale, min and error would be the same bits, and an
+// error equal to one already seen cannot be strictly smaller than the best).
+// It makes no assumption on the sign of the weights.
+func qkx3Fast16(x, w *[16]float32, L *[16]uint8, nmax int32) (scale, theMin float32) {
+	const rmin, rdelta, nstep = -0.9, 0.05, 36
+	min_, max_ := x[0], x[0]
+	sumW := w[0]
+	sumX := float32(sumW * x[0])
+	for i := 1; i < 16; i++ {
+		v := x[i]
+		if v < min_ {
+			min_ = v
+		}
+		if v > max_ {
+			max_ = v
+		}
+		sumW += w[i]
+		sumX += float32(w[i] * v)
+	}
+	if min_ > 0 {
+		min_ = 0
+	}
+	if max_ <= min_ {
+		*L = [16]uint8{}
+		return 0, -min_
+	}
+	fnmax := float32(nmax)
+	rng := max_ - min_
+	var xm [16]float32
+	for i := 0; i < 16; i++ {
+		xm[i] = x[i] - min_
+	}
+	iscale := fnmax / rng
+	scale = 1 / iscale
+	var bestError float32
+	for i := 0; i < 16; i++ {
+		l := max(0, min(nmax, nearestInt(float32(iscale*xm[i]))))
+		L[i] = uint8(l)
+		diff := float32(scale*float32(l)) + min_ - x[i]
+		diff = diff * diff
+		bestError += float32(w[i] * diff)
+	}
+	var laux, prev [16]uint8
+	var fl [16]float32
+	havePrev := false
+	for is := 0; is <= nstep; is++ {
+		iscale = (rmin + float32(rdelta*float32(is)) + fnmax) / rng
+		for i := 0; i < 16; i++ {
+			laux[i] = uint8(max(0, min(nmax, nearestInt(float32(iscale*xm[i])))))
+		}
+		if havePrev && laux == prev {
+			continue
+		}
+		prev, havePrev = laux, true
+		var sumL, sumL2, sumXL float32
+		for i := 0; i < 16; i++ {
+			f := float32(laux[i])
+			fl[i] = f
+			a := float32(w[i] * f)
+			sumL += a
+			sumL2 += float32(a * f)
+			sumXL += float32(a * x[i])
+		}
+		D := float32(sumW*sumL2) - float32(sumL*sumL)
+		if D > 0 {
+			thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
+			thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
+			if thisMin > 0 {
+				thisMin = 0
+				thisScale = sumXL / sumL2
+			}
+			var curError float32
+			for i := 0; i < 16; i++ {
+				diff := float32(thisScale*fl[i]) + thisMin - x[i]
+				diff = diff * diff
+				curError += float32(w[i] * diff)
+			}
+			if curError < bestError {
+				*L = laux
+				bestError = curError
+				scale = thisScale
+				min_ = thisMin
+				// Later steps use the new minimum, as the C code does.
+				rng = max_ - min_
+				for i := 0; i < 16; i++ {
+					xm[i] = x[i] - min_
+				}
+			}
+		}
+	}
+	return scale, -min_
+}
+
+// fastQ2KWeighted is refQ2KWeighted with qkx3Fast16.
+func fastQ2KWeighted(y []byte, xs, qw []float32) {
+	y = y[:84]
+	x := (*[256]float32)(xs[:256])
+	qw = qw[:256]
+	var L [256]uint8
+	var mins, scales, sw [16]float32
+	var weight [16]float32
+	var Ls, Lm [16]uint8
+	sigma2 := sumSquares(x[:]) / 256
+	for j := 0; j < 16; j++ {
+		xb := (*[16]float32)(x[16*j : 16*j+16])
+		weightsSigma(weight[:], xb[:], qw[16*j:], sigma2)
+		for l := 0; l < 16; l++ {
+			sw[j] += weight[l]
+		}
+		scales[j], mins[j] = qkx3Fast16(xb, &weight, (*[16]uint8)(L[16*j:16*j+16]), 3)
+	}
+	dm := makeQPQuants(16, 15, scales[:], Ls[:], sw[:])
+	mm := makeQPQuants(16, 15, mins[:], Lm[:], sw[:])
+	putFP16(y[80:], dm)
+	putFP16(y[82:], mm)
+	dm, mm = getFP16(y[80:]), getFP16(y[82:])
+	sc := y[0:16]
+	for j := 0; j < 16; j++ {
+		sc[j] = Ls[j] | Lm[j]<<4
+	}
+	for j := 0; j < 16; j++ {
+		d := float32(dm * float32(sc[j]&0xF))
+		if d == 0 {
+			continue
+		}
+		m := float32(mm * float32(sc[j]>>4))
+		for ii := 0; ii < 16; ii++ {
+			l := nearestInt((x[16*j+ii] + m) / d)
+			L[16*j+ii] = uint8(max32(0, min32(3, l)))
+		}
+	}
+	packQ2(y[16:80], L[:])
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -317,7 +318,7 @@ func TestWeightedFastMatchesReference(t *testing.T) {
 	if testing.Short() {
 		iters = 30
 	}
-	for _, name := range []string{"Q4_1", "Q5_1", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"} {
+	for _, name := range []string{"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"} {
 		f, _ := ForName(name)
 		for it := 0; it < iters; it++ {
 			n := (1 + r.IntN(3)) * 256
@@ -333,6 +334,47 @@ func TestWeightedFastMatchesReference(t *testing.T) {
 			weightedReference(f, want, x, im, n)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%s iteration %d: fast kernel differs from reference\nx %v\nim %v", name, it, x, im)
+			}
+		}
+	}
+}
+
+// TestConcurrentQuantize runs every format's weighted and plain paths from
+// several goroutines at once (the quantize stage works row-parallel), then
+// requires the bytes of a sequential run. Run alone (-run
+// TestConcurrentQuantize -race) the goroutines also race to build the
+// lattices on first use.
+func TestConcurrentQuantize(t *testing.T) {
+	const nPerRow, workers = 512, 4
+	x := benchInput(2 * nPerRow)
+	im := benchImatrix(nPerRow)
+	fs := Formats()
+	got := make([][][]byte, workers)
+	var wg sync.WaitGroup
+	for g := 0; g < workers; g++ {
+		got[g] = make([][]byte, len(fs))
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for k := range fs {
+				i := (k + g*5) % len(fs)
+				f := fs[i]
+				got[g][i] = make([]byte, f.RowBytes(len(x)))
+				f.QuantizeWeighted(got[g][i], x, im)
+				if !f.RequiresImatrix() {
+					plain := make([]byte, len(got[g][i]))
+					f.Quantize(plain, x)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	for i, f := range fs {
+		want := make([]byte, f.RowBytes(len(x)))
+		f.QuantizeWeighted(want, x, im)
+		for g := 0; g < workers; g++ {
+			if !bytes.Equal(got[g][i], want) {
+				t.Errorf("%s: goroutine %d differs from the sequential run", f.Name, g)
 			}
 		}
 	}
