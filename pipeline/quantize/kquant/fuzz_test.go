@@ -89,7 +89,7 @@ func FuzzQuantize(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	for id := byte(0); id < 12; id++ {
+	for id := byte(0); id < byte(len(formats)); id++ {
 		seed(id, specialValues...)
 		seed(id, 1, -2, 3, -4, 0.5, 0.25)
 		seed(id, 0)
