@@ -170,3 +170,39 @@ func fastIQ1S(y []byte, x, qw []float32)   { iq1sEncode(y, x, qw, iq1FindBestNei
 func fastIQ1M(y []byte, x, qw []float32) {
 	iq1mEncode(y, x, qw, iq1FindBestNeighbour2Fast, iq1mSplitFast)
 }
+
+// iq3FindBestNeighbourFast is iq3FindBestNeighbour on float32 copies of the
+// points, unrolled (the same operations in the same order).
+func iq3FindBestNeighbourFast(nbrs []uint16, g *lattice4, xval, weight []float32, scale float32, L []int8) int {
+	x := (*[4]float32)(xval[:4])
+	w := (*[4]float32)(weight[:4])
+	bestD2 := fltMax
+	gridIndex := -1
+	for _, nb := range nbrs {
+		p := &g.pointsF[nb]
+		diff0 := float32(scale*p[0]) - x[0]
+		diff1 := float32(scale*p[1]) - x[1]
+		diff2 := float32(scale*p[2]) - x[2]
+		diff3 := float32(scale*p[3]) - x[3]
+		var d2 float32
+		d2 += float32(float32(w[0]*diff0) * diff0)
+		d2 += float32(float32(w[1]*diff1) * diff1)
+		d2 += float32(float32(w[2]*diff2) * diff2)
+		d2 += float32(float32(w[3]*diff3) * diff3)
+		if d2 < bestD2 {
+			bestD2 = d2
+			gridIndex = int(nb)
+		}
+	}
+	if gridIndex < 0 {
+		gridIndex = int(nbrs[0])
+	}
+	pg := &g.points[gridIndex]
+	for i := 0; i < 4; i++ {
+		L[i] = (pg[i] - 1) / 2
+	}
+	return gridIndex
+}
+
+func fastIQ3XXS(y []byte, x, qw []float32) { iq3xxsEncode(y, x, qw, iq3FindBestNeighbourFast) }
+func fastIQ3S(y []byte, x, qw []float32)   { iq3sEncode(y, x, qw, iq3FindBestNeighbourFast) }

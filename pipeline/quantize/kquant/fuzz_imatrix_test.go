@@ -318,7 +318,7 @@ func TestWeightedFastMatchesReference(t *testing.T) {
 	if testing.Short() {
 		iters = 30
 	}
-	for _, name := range []string{"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"} {
+	for _, name := range []string{"Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"} {
 		f, _ := ForName(name)
 		for it := 0; it < iters; it++ {
 			n := (1 + r.IntN(3)) * 256

@@ -26,6 +26,7 @@ type lattice8 struct {
 // lattice4 is an expanded 4-dimensional grid (3 bits per level).
 type lattice4 struct {
 	points     [][4]int8
+	pointsF    [][4]float32 // the points as float32
 	kmap       []int32
 	neighbours []uint16
 }
@@ -154,11 +155,13 @@ func newLattice8(kgrid []uint16, nwant int) *lattice8 {
 
 // newLattice4 is iq3xs_init_impl for one packed grid.
 func newLattice4(kgrid []uint16, nwant int) *lattice4 {
-	g := &lattice4{points: make([][4]int8, len(kgrid)), kmap: make([]int32, iq3KmapSize)}
+	g := &lattice4{points: make([][4]int8, len(kgrid)), pointsF: make([][4]float32, len(kgrid)),
+		kmap: make([]int32, iq3KmapSize)}
 	for k, packed := range kgrid {
 		for i := 0; i < 4; i++ {
 			l := int(packed>>(3*i)) & 7
 			g.points[k][i] = int8(2*l + 1)
+			g.pointsF[k][i] = float32(2*l + 1)
 		}
 	}
 	for i := range g.kmap {

@@ -10,7 +10,11 @@ import "encoding/binary"
 // refIQ3XXS encodes one IQ3_XXS block: d, qs[64] (grid indices, 4 values
 // each), then per 32 values a uint32 with four 7-bit sign groups and a
 // 4-bit scale.
-func refIQ3XXS(y []byte, x, qw []float32) {
+func refIQ3XXS(y []byte, x, qw []float32) { iq3xxsEncode(y, x, qw, iq3FindBestNeighbour) }
+
+// iq3xxsEncode is the body of refIQ3XXS with the neighbour search as a parameter
+// (the public kernel passes iq3FindBestNeighbourFast).
+func iq3xxsEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 	const kMaxQ = 8
 	g := iq3xxsLattice()
 	y = y[:98]
@@ -62,7 +66,7 @@ func refIQ3XXS(y []byte, x, qw []float32) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					iq3FindBestNeighbour(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
+					nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -93,7 +97,7 @@ func refIQ3XXS(y []byte, x, qw []float32) {
 				}
 				gi := int(g.kmap[u])
 				if gi < 0 {
-					gi = iq3FindBestNeighbour(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
+					gi = nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
 				}
 				pg := &g.points[gi]
 				for i := 0; i < 4; i++ {
@@ -148,7 +152,11 @@ func refIQ3XXS(y []byte, x, qw []float32) {
 // groups that are not all zero, so a zero group shifts the later groups'
 // indices and signs down (while qh and the scales stay at fixed positions);
 // dequantize_row_iq3_s reads them back at fixed positions.
-func refIQ3S(y []byte, x, qw []float32) {
+func refIQ3S(y []byte, x, qw []float32) { iq3sEncode(y, x, qw, iq3FindBestNeighbour) }
+
+// iq3sEncode is the body of refIQ3S with the neighbour search as a parameter
+// (the public kernel passes iq3FindBestNeighbourFast).
+func iq3sEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 	const kMaxQ = 8
 	const blockSize, bs4, bs8 = 32, 8, 4
 	g := iq3sLattice()
@@ -206,7 +214,7 @@ func refIQ3S(y []byte, x, qw []float32) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					iq3FindBestNeighbour(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
+					nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -236,7 +244,7 @@ func refIQ3S(y []byte, x, qw []float32) {
 				}
 				gi := int(g.kmap[u])
 				if gi < 0 {
-					gi = iq3FindBestNeighbour(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
+					gi = nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
 				}
 				pg := &g.points[gi]
 				for i := 0; i < 4; i++ {

@@ -145,11 +145,13 @@ func (g *lattice4) onGrid(u int) int {
 	return 0
 }
 
-// nbrSearch8 is the signature of iq2FindBestNeighbour and its fast
-// variant; nbrSearch1 that of iq1FindBestNeighbour2 and its fast variant.
+// nbrSearch8, nbrSearch1 and nbrSearch4 are the signatures of
+// iq2FindBestNeighbour, iq1FindBestNeighbour2, iq3FindBestNeighbour and
+// their fast variants.
 type (
 	nbrSearch8 func(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, L []int8) int
 	nbrSearch1 func(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, xg *[3]float32, L []int8) int
+	nbrSearch4 func(nbrs []uint16, g *lattice4, xval, weight []float32, scale float32, L []int8) int
 )
 
 // iq2FindBestNeighbour is iq2_find_best_neighbour: the neighbour whose

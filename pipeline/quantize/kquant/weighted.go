@@ -36,7 +36,7 @@ var (
 		TypeQ5_K: fastQ5KWeighted, TypeQ6_K: refQ6KWeighted,
 		TypeIQ4_NL: fastIQ4NLWeighted, TypeIQ4_XS: fastIQ4XSWeighted,
 		TypeIQ2_XXS: fastIQ2XXS, TypeIQ2_XS: fastIQ2XS, TypeIQ2_S: fastIQ2S,
-		TypeIQ3_XXS: refIQ3XXS, TypeIQ3_S: refIQ3S,
+		TypeIQ3_XXS: fastIQ3XXS, TypeIQ3_S: fastIQ3S,
 		TypeIQ1_S: fastIQ1S, TypeIQ1_M: fastIQ1M,
 	}
 	weightedRow = map[uint32]rowKernel{
@@ -112,13 +112,13 @@ func needsImatrix(name string) func([]byte, []float32) {
 
 func quantizeIQ3XXS(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
-		refIQ3XXS(dst[i*98:], src[i*256:], nil)
+		fastIQ3XXS(dst[i*98:], src[i*256:], nil)
 	}
 }
 
 func quantizeIQ3S(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
-		refIQ3S(dst[i*110:], src[i*256:], nil)
+		fastIQ3S(dst[i*110:], src[i*256:], nil)
 	}
 }
 
