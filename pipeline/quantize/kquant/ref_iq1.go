@@ -60,8 +60,9 @@ func glibcMergeSort(p, tmp []sortPair) {
 // values xg[level] times scale are closest to xval (weighted squared
 // distance, first on ties); its levels go to L. If no distance is below
 // FLT_MAX, ggml scans the whole grid with a defective index (it reads
-// xval[grid index], past the 8 values) and then aborts; this takes the
-// first neighbour instead.
+// xval[grid index], up to 2047 values past the 8 it was given: undefined
+// behaviour that ends in an abort or a crash); this takes the first
+// neighbour instead.
 func iq1FindBestNeighbour2(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, xg *[3]float32, L []int8) int {
 	bestScore := fltMax
 	gridIndex := -1
