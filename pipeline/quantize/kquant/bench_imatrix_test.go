@@ -24,6 +24,7 @@ func BenchmarkQuantizeWeighted(b *testing.B) {
 	const nPerRow, rows = 4096, 16
 	x := benchInput(nPerRow * rows)
 	im := benchImatrix(nPerRow)
+	warmLattices() // built once per process, not per call: keep it out of the figures
 	for _, f := range Formats() {
 		b.Run(f.Name, func(b *testing.B) {
 			dst := make([]byte, f.RowBytes(len(x)))
@@ -42,6 +43,7 @@ func BenchmarkQuantizeWeighted(b *testing.B) {
 func BenchmarkQuantizePlainIQ(b *testing.B) {
 	const n = 4096 * 16
 	x := benchInput(n)
+	warmLattices()
 	for _, f := range Formats() {
 		if f.RequiresImatrix() || referenceKernels[f.Type] == nil {
 			continue
