@@ -163,12 +163,12 @@ func iq1mSplitFast(pairs *[16]sortPair, weight, xb *[16]float32, max float32) (s
 	return scale, besti1, besti2, bestK
 }
 
-func fastIQ2XXS(y []byte, x, qw []float32) { iq2xxsEncode(y, x, qw, iq2FindBestNeighbourFast) }
-func fastIQ2XS(y []byte, x, qw []float32)  { iq2xsEncode(y, x, qw, iq2FindBestNeighbourFast) }
-func fastIQ2S(y []byte, x, qw []float32)   { iq2sEncode(y, x, qw, iq2FindBestNeighbourFast) }
-func fastIQ1S(y []byte, x, qw []float32)   { iq1sEncode(y, x, qw, iq1FindBestNeighbour2Fast) }
+func fastIQ2XXS(y []byte, x, qw []float32) { iq2xxsEncode(y, x, qw, true) }
+func fastIQ2XS(y []byte, x, qw []float32)  { iq2xsEncode(y, x, qw, true) }
+func fastIQ2S(y []byte, x, qw []float32)   { iq2sEncode(y, x, qw, true) }
+func fastIQ1S(y []byte, x, qw []float32)   { iq1sEncode(y, x, qw, true) }
 func fastIQ1M(y []byte, x, qw []float32) {
-	iq1mEncode(y, x, qw, iq1FindBestNeighbour2Fast, iq1mSplitFast)
+	iq1mEncode(y, x, qw, true)
 }
 
 // iq3FindBestNeighbourFast is iq3FindBestNeighbour on float32 copies of the
@@ -204,5 +204,5 @@ func iq3FindBestNeighbourFast(nbrs []uint16, g *lattice4, xval, weight []float32
 	return gridIndex
 }
 
-func fastIQ3XXS(y []byte, x, qw []float32) { iq3xxsEncode(y, x, qw, iq3FindBestNeighbourFast) }
-func fastIQ3S(y []byte, x, qw []float32)   { iq3sEncode(y, x, qw, iq3FindBestNeighbourFast) }
+func fastIQ3XXS(y []byte, x, qw []float32) { iq3xxsEncode(y, x, qw, true) }
+func fastIQ3S(y []byte, x, qw []float32)   { iq3sEncode(y, x, qw, true) }

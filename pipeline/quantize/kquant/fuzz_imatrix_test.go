@@ -379,3 +379,27 @@ func TestConcurrentQuantize(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeNoAlloc checks the promise of Format's documentation: once
+// the lattices exist, no kernel allocates (arrays passed to an indirect
+// call would escape to the heap, one allocation per block).
+func TestQuantizeNoAlloc(t *testing.T) {
+	warmLattices()
+	x := benchInput(512)
+	im := benchImatrix(512)
+	for _, f := range Formats() {
+		q := make([]byte, f.RowBytes(len(x)))
+		d := make([]float32, len(x))
+		if n := testing.AllocsPerRun(2, func() { f.QuantizeWeighted(q, x, im) }); n != 0 {
+			t.Errorf("%s: QuantizeWeighted allocates %v times per call", f.Name, n)
+		}
+		if !f.RequiresImatrix() {
+			if n := testing.AllocsPerRun(2, func() { f.Quantize(q, x) }); n != 0 {
+				t.Errorf("%s: Quantize allocates %v times per call", f.Name, n)
+			}
+		}
+		if n := testing.AllocsPerRun(2, func() { f.Dequantize(d, q) }); n != 0 {
+			t.Errorf("%s: Dequantize allocates %v times per call", f.Name, n)
+		}
+	}
+}

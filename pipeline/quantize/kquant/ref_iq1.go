@@ -92,11 +92,11 @@ func iq1FindBestNeighbour2(nbrs []uint16, g *lattice8, xval, weight []float32, s
 
 // refIQ1S encodes one IQ1_S block: d, qs[32] (low grid-index bytes), qh[8]
 // (uint16: 3 high index bits per 8 values, 3-bit scale, delta sign).
-func refIQ1S(y []byte, x, qw []float32) { iq1sEncode(y, x, qw, iq1FindBestNeighbour2) }
+func refIQ1S(y []byte, x, qw []float32) { iq1sEncode(y, x, qw, false) }
 
-// iq1sEncode is the body of refIQ1S with the neighbour search as a
-// parameter (the public kernel passes iq1FindBestNeighbour2Fast).
-func iq1sEncode(y []byte, x, qw []float32, nbr nbrSearch1) {
+// iq1sEncode is the body of refIQ1S; fast selects the table-driven
+// neighbour search (the public kernel).
+func iq1sEncode(y []byte, x, qw []float32, fast bool) {
 	const blockSize = 32
 	g := iq1Lattice()
 	y = y[:50]
@@ -197,7 +197,7 @@ func iq1sEncode(y []byte, x, qw []float32, nbr nbrSearch1) {
 			gi := int(g.kmap[u])
 			if gi < 0 {
 				allOnGrid = false
-				gi = nbr(g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
+				gi = searchNbr1(fast, g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
 			}
 			index[k] = uint16(gi)
 		}
@@ -267,14 +267,11 @@ func iq1mLevels(k int) (first, second *[3]float32) {
 	return first, second
 }
 
-// iq1mSplitter is the exhaustive split search of quantize_row_iq1_m_impl
-// for one 16-value group: the values sorted ascending (pairs), their
-// weights and values; it returns the best scale and the split (i1, i2) and
-// shift code k, or k = -1 when no split has a positive sumq2.
-type iq1mSplitter func(pairs *[16]sortPair, weight, xb *[16]float32, max float32) (scale float32, besti1, besti2, bestK int)
-
-// iq1mSplitRef is that search as ggml writes it: for every split and shift
-// code, the weighted sums over all 16 values in sorted order.
+// iq1mSplitRef is the exhaustive split search of quantize_row_iq1_m_impl
+// for one 16-value group as ggml writes it: for every split and shift code,
+// the weighted sums over all 16 values in sorted order (pairs: the values
+// sorted ascending). It returns the best scale, split (i1, i2) and shift
+// code k, or k = -1 when no split has a positive sumq2.
 func iq1mSplitRef(pairs *[16]sortPair, weight, xb *[16]float32, max float32) (scale float32, besti1, besti2, bestK int) {
 	const blockSize = 16
 	bestScore := -fltMax
@@ -318,11 +315,11 @@ var iq1mMasks = [4]uint8{0x00, 0x80, 0x08, 0x88}
 // refIQ1M encodes one IQ1_M block: qs[32] (low grid-index bytes), qh[16]
 // (3 high index bits and a delta-sign bit per 8 values), scales[8] (four
 // uint16, each with four 3-bit group scales and 4 bits of the f16 scale).
-func refIQ1M(y []byte, x, qw []float32) { iq1mEncode(y, x, qw, iq1FindBestNeighbour2, iq1mSplitRef) }
+func refIQ1M(y []byte, x, qw []float32) { iq1mEncode(y, x, qw, false) }
 
-// iq1mEncode is the body of refIQ1M with the neighbour search and the
-// split search as parameters (the public kernel passes the fast ones).
-func iq1mEncode(y []byte, x, qw []float32, nbr nbrSearch1, split iq1mSplitter) {
+// iq1mEncode is the body of refIQ1M; fast selects the table-driven
+// neighbour search and the incremental split search (the public kernel).
+func iq1mEncode(y []byte, x, qw []float32, fast bool) {
 	const blockSize = 16
 	g := iq1Lattice()
 	y = y[:56]
@@ -369,7 +366,13 @@ func iq1mEncode(y []byte, x, qw []float32, nbr nbrSearch1, split iq1mSplitter) {
 			pairs[j] = sortPair{v, int32(j)}
 		}
 		glibcMergeSort(pairs[:], tmp[:])
-		scale, besti1, besti2, bestK := split(&pairs, &weight, (*[blockSize]float32)(xb), max)
+		var scale float32
+		var besti1, besti2, bestK int
+		if fast {
+			scale, besti1, besti2, bestK = iq1mSplitFast(&pairs, &weight, (*[blockSize]float32)(xb), max)
+		} else {
+			scale, besti1, besti2, bestK = iq1mSplitRef(&pairs, &weight, (*[blockSize]float32)(xb), max)
+		}
 		if besti1 < 0 || besti2 < 0 || bestK < 0 {
 			scales[ib] = 0
 			shifts[ib] = 0
@@ -405,7 +408,7 @@ func iq1mEncode(y []byte, x, qw []float32, nbr nbrSearch1, split iq1mSplitter) {
 			gi := int(g.kmap[u])
 			if gi < 0 {
 				allOnGrid = false
-				gi = nbr(g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
+				gi = searchNbr1(fast, g.neighboursOf(u), g, xb[8*k:], weight[8*k:], scale, xx, L[8*k:])
 			}
 			index[k] = uint16(gi)
 		}

@@ -9,11 +9,11 @@ import "encoding/binary"
 
 // refIQ2XXS encodes one IQ2_XXS block: d, then 8 x (4 grid bytes, a uint32
 // with four 7-bit sign groups and a 4-bit scale).
-func refIQ2XXS(y []byte, x, qw []float32) { iq2xxsEncode(y, x, qw, iq2FindBestNeighbour) }
+func refIQ2XXS(y []byte, x, qw []float32) { iq2xxsEncode(y, x, qw, false) }
 
-// iq2xxsEncode is the body of refIQ2XXS with the neighbour search as a parameter
-// (the public kernel passes the table-driven iq2FindBestNeighbourFast).
-func iq2xxsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
+// iq2xxsEncode is the body of refIQ2XXS; fast selects the table-driven neighbour
+// search (the public kernel).
+func iq2xxsEncode(y []byte, x, qw []float32, fast bool) {
 	const kMaxQ = 3
 	g := iq2xxsLattice()
 	y = y[:66]
@@ -65,7 +65,7 @@ func iq2xxsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 				}
 				u := packLevels8(Laux[8*k:])
 				if g.kmap[u] < 0 {
-					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
+					searchNbr8(fast, g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -86,7 +86,7 @@ func iq2xxsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 				}
 				gi := int(g.kmap[u])
 				if gi < 0 {
-					gi = nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
+					gi = searchNbr8(fast, g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
 				}
 				pg := &g.points[gi]
 				for i := 0; i < 8; i++ {
@@ -135,11 +135,11 @@ func iq2xxsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 
 // refIQ2XS encodes one IQ2_XS block: d, qs[32] (uint16: 9-bit grid index,
 // 7 sign bits), scales[8] (two 4-bit scales per 32 values).
-func refIQ2XS(y []byte, x, qw []float32) { iq2xsEncode(y, x, qw, iq2FindBestNeighbour) }
+func refIQ2XS(y []byte, x, qw []float32) { iq2xsEncode(y, x, qw, false) }
 
-// iq2xsEncode is the body of refIQ2XS with the neighbour search as a parameter
-// (the public kernel passes the table-driven iq2FindBestNeighbourFast).
-func iq2xsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
+// iq2xsEncode is the body of refIQ2XS; fast selects the table-driven neighbour
+// search (the public kernel).
+func iq2xsEncode(y []byte, x, qw []float32, fast bool) {
 	const kMaxQ = 3
 	g := iq2xsLattice()
 	y = y[:74]
@@ -189,7 +189,7 @@ func iq2xsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
+					searchNbr8(fast, g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -220,7 +220,7 @@ func iq2xsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 					L[8*k+i] = int8(l)
 				}
 				if g.kmap[u] < 0 {
-					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
+					searchNbr8(fast, g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], L[:])
@@ -268,11 +268,11 @@ func iq2xsEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 
 // refIQ2S encodes one IQ2_S block: d, qs[64] (32 low grid-index bytes, then
 // 32 sign bytes), qh[8] (2 high index bits per 8 values), scales[8].
-func refIQ2S(y []byte, x, qw []float32) { iq2sEncode(y, x, qw, iq2FindBestNeighbour) }
+func refIQ2S(y []byte, x, qw []float32) { iq2sEncode(y, x, qw, false) }
 
-// iq2sEncode is the body of refIQ2S with the neighbour search as a parameter
-// (the public kernel passes the table-driven iq2FindBestNeighbourFast).
-func iq2sEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
+// iq2sEncode is the body of refIQ2S; fast selects the table-driven neighbour
+// search (the public kernel).
+func iq2sEncode(y []byte, x, qw []float32, fast bool) {
 	const kMaxQ = 3
 	g := iq2sLattice()
 	y = y[:82]
@@ -328,7 +328,7 @@ func iq2sEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
+					searchNbr8(fast, g.neighboursOf(u), g, xval[8*k:], waux[8*k:], thisScale, Laux[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -359,7 +359,7 @@ func iq2sEncode(y []byte, x, qw []float32, nbr nbrSearch8) {
 					L[8*k+i] = int8(l)
 				}
 				if g.kmap[u] < 0 {
-					nbr(g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
+					searchNbr8(fast, g.neighboursOf(u), g, xval[8*k:], waux[8*k:], scale, L[8*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], L[:])

@@ -10,11 +10,11 @@ import "encoding/binary"
 // refIQ3XXS encodes one IQ3_XXS block: d, qs[64] (grid indices, 4 values
 // each), then per 32 values a uint32 with four 7-bit sign groups and a
 // 4-bit scale.
-func refIQ3XXS(y []byte, x, qw []float32) { iq3xxsEncode(y, x, qw, iq3FindBestNeighbour) }
+func refIQ3XXS(y []byte, x, qw []float32) { iq3xxsEncode(y, x, qw, false) }
 
-// iq3xxsEncode is the body of refIQ3XXS with the neighbour search as a parameter
-// (the public kernel passes iq3FindBestNeighbourFast).
-func iq3xxsEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
+// iq3xxsEncode is the body of refIQ3XXS; fast selects the faster neighbour
+// search (the public kernel).
+func iq3xxsEncode(y []byte, x, qw []float32, fast bool) {
 	const kMaxQ = 8
 	g := iq3xxsLattice()
 	y = y[:98]
@@ -66,7 +66,7 @@ func iq3xxsEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
+					searchNbr4(fast, g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -97,7 +97,7 @@ func iq3xxsEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 				}
 				gi := int(g.kmap[u])
 				if gi < 0 {
-					gi = nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
+					gi = searchNbr4(fast, g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
 				}
 				pg := &g.points[gi]
 				for i := 0; i < 4; i++ {
@@ -152,11 +152,11 @@ func iq3xxsEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 // groups that are not all zero, so a zero group shifts the later groups'
 // indices and signs down (while qh and the scales stay at fixed positions);
 // dequantize_row_iq3_s reads them back at fixed positions.
-func refIQ3S(y []byte, x, qw []float32) { iq3sEncode(y, x, qw, iq3FindBestNeighbour) }
+func refIQ3S(y []byte, x, qw []float32) { iq3sEncode(y, x, qw, false) }
 
-// iq3sEncode is the body of refIQ3S with the neighbour search as a parameter
-// (the public kernel passes iq3FindBestNeighbourFast).
-func iq3sEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
+// iq3sEncode is the body of refIQ3S; fast selects the faster neighbour
+// search (the public kernel).
+func iq3sEncode(y []byte, x, qw []float32, fast bool) {
 	const kMaxQ = 8
 	const blockSize, bs4, bs8 = 32, 8, 4
 	g := iq3sLattice()
@@ -214,7 +214,7 @@ func iq3sEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 				isOnGridAux[k] = true
 				if g.kmap[u] < 0 {
 					isOnGridAux[k] = false
-					nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
+					searchNbr4(fast, g.neighboursOf(u), g, xval[4*k:], waux[4*k:], thisScale, Laux[4*k:])
 				}
 			}
 			sumqx, sumq2 := sumQ(weight[:], xval[:], Laux[:])
@@ -244,7 +244,7 @@ func iq3sEncode(y []byte, x, qw []float32, nbr nbrSearch4) {
 				}
 				gi := int(g.kmap[u])
 				if gi < 0 {
-					gi = nbr(g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
+					gi = searchNbr4(fast, g.neighboursOf(u), g, xval[4*k:], waux[4*k:], scale, L[4*k:])
 				}
 				pg := &g.points[gi]
 				for i := 0; i < 4; i++ {

@@ -145,14 +145,29 @@ func (g *lattice4) onGrid(u int) int {
 	return 0
 }
 
-// nbrSearch8, nbrSearch1 and nbrSearch4 are the signatures of
-// iq2FindBestNeighbour, iq1FindBestNeighbour2, iq3FindBestNeighbour and
-// their fast variants.
-type (
-	nbrSearch8 func(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, L []int8) int
-	nbrSearch1 func(nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, xg *[3]float32, L []int8) int
-	nbrSearch4 func(nbrs []uint16, g *lattice4, xval, weight []float32, scale float32, L []int8) int
-)
+// searchNbr8, searchNbr1 and searchNbr4 call the reference neighbour
+// search or its fast variant (direct calls, so that the callers' arrays stay
+// on the stack).
+func searchNbr8(fast bool, nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, L []int8) int {
+	if fast {
+		return iq2FindBestNeighbourFast(nbrs, g, xval, weight, scale, L)
+	}
+	return iq2FindBestNeighbour(nbrs, g, xval, weight, scale, L)
+}
+
+func searchNbr1(fast bool, nbrs []uint16, g *lattice8, xval, weight []float32, scale float32, xg *[3]float32, L []int8) int {
+	if fast {
+		return iq1FindBestNeighbour2Fast(nbrs, g, xval, weight, scale, xg, L)
+	}
+	return iq1FindBestNeighbour2(nbrs, g, xval, weight, scale, xg, L)
+}
+
+func searchNbr4(fast bool, nbrs []uint16, g *lattice4, xval, weight []float32, scale float32, L []int8) int {
+	if fast {
+		return iq3FindBestNeighbourFast(nbrs, g, xval, weight, scale, L)
+	}
+	return iq3FindBestNeighbour(nbrs, g, xval, weight, scale, L)
+}
 
 // iq2FindBestNeighbour is iq2_find_best_neighbour: the neighbour whose
 // points, times scale, are closest to xval in squared distance weighted by
