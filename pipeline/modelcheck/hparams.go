@@ -3,6 +3,7 @@ package modelcheck
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
@@ -93,6 +94,9 @@ func (c *checker) f32(key string, required bool) (val float64, present, ok bool)
 	return val, true, true
 }
 
+// f32s formats a float32 value read as float64 without float64 digits ("1e-06", not "9.999999974752427e-07").
+func f32s(v float64) string { return strconv.FormatFloat(v, 'g', -1, 32) }
+
 func (c *checker) str(key string) (string, bool, bool) {
 	x, present, ok := c.value(key, gguf.ValueString, false)
 	if !ok || !present {
@@ -135,8 +139,8 @@ func (c *checker) hparams() (*hparams, bool) {
 	h.embd, _, _ = c.u32(c.k("embedding_length"), true, 1, maxDim)
 	h.ff, _, _ = c.u32(c.k("feed_forward_length"), !h.moe, 1, maxDim)
 	h.heads, _, _ = c.u32(c.k("attention.head_count"), true, 1, maxDim)
-	if pt, present, ok := c.u32(c.k("pooling_type"), false, 0, math.MaxUint32); ok && present && pt != 0 {
-		c.add(Problem{Key: c.k("pooling_type"), Unsupported: true, Msg: fmt.Sprintf("%d: embedding models are not supported (want 0 or absent)", pt)})
+	if pt, present, ok := c.u32(c.k("pooling_type"), false, 0, math.MaxUint32); ok && present && pt != 0 && c.o.Serve {
+		c.add(Problem{Key: c.k("pooling_type"), Unsupported: true, Msg: fmt.Sprintf("%d: the built-in engine does not serve embedding models (want 0 or absent)", pt)})
 	}
 	if vb, present, ok := c.u32(c.k("vision.block_count"), false, 0, math.MaxUint32); ok && present && vb != 0 {
 		c.add(Problem{Key: c.k("vision.block_count"), Unsupported: true, Msg: fmt.Sprintf("%d: a vision tower inside the model file is not supported (llama.cpp keeps it in a separate mmproj file)", vb)})
@@ -148,10 +152,10 @@ func (c *checker) hparams() (*hparams, bool) {
 	c.headDims(h)
 	c.rope(h)
 	if eps, _, ok := c.f32(c.k("attention.layer_norm_rms_epsilon"), true); ok && eps < 0 {
-		c.keyf(c.k("attention.layer_norm_rms_epsilon"), "%g is negative (ggml's RMS norm asserts eps ≥ 0)", eps)
+		c.keyf(c.k("attention.layer_norm_rms_epsilon"), "%s is negative (ggml's RMS norm asserts eps ≥ 0)", f32s(eps))
 	}
 	if s, present, ok := c.f32(c.k("attention.scale"), false); ok && present && s <= 0 {
-		c.keyf(c.k("attention.scale"), "%g, want a positive scale", s)
+		c.keyf(c.k("attention.scale"), "%s, want a positive scale", f32s(s))
 	}
 	c.experts(h)
 	if isHybrid {
@@ -194,7 +198,7 @@ func (c *checker) headDims(h *hparams) {
 // rope checks the rotary embedding parameters.
 func (c *checker) rope(h *hparams) {
 	if base, _, ok := c.f32(c.k("rope.freq_base"), true); ok && base <= 0 {
-		c.keyf(c.k("rope.freq_base"), "%g, want a positive base (the rotation frequencies are base^(-2i/d))", base)
+		c.keyf(c.k("rope.freq_base"), "%s, want a positive base (the rotation frequencies are base^(-2i/d))", f32s(base))
 	}
 	isHybrid := hybrid(c.arch)
 	if h.headDim == 0 {
@@ -242,9 +246,9 @@ func (c *checker) rope(h *hparams) {
 	switch {
 	case !ok:
 	case present && factor <= 0:
-		c.keyf(c.k("rope.scaling.factor"), "%g, want a positive factor (the frequency scale is its inverse)", factor)
+		c.keyf(c.k("rope.scaling.factor"), "%s, want a positive factor (the frequency scale is its inverse)", f32s(factor))
 	case present && typ == "yarn" && factor < 1:
-		c.keyf(c.k("rope.scaling.factor"), "%g, want at least 1 for yarn scaling", factor)
+		c.keyf(c.k("rope.scaling.factor"), "%s, want at least 1 for yarn scaling", f32s(factor))
 	}
 	c.u32(c.k("rope.scaling.original_context_length"), false, 1, math.MaxInt32)
 
