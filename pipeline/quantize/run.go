@@ -12,6 +12,7 @@ import (
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 	"golang.org/x/sync/errgroup"
 )
@@ -84,6 +85,17 @@ func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.P
 	return plan.Make(src.Arch, info, descs, ftype, ov)
 }
 
+// checkPlanned validates the file about to be written (package modelcheck): an input that is not a model the
+// engines load (a GGUF with inconsistent hyper-parameters, a --tensor-type override to a type ggml cannot
+// multiply) must not become a quantized file that ship then sends to phones.
+func checkPlanned(src *Source, qp plan.Plan) error {
+	m := modelcheck.Model{Name: src.Name, KVs: src.KVs, Tensors: make([]gguf.TensorInfo, len(qp.Entries))}
+	for i, e := range qp.Entries {
+		m.Tensors[i] = gguf.TensorInfo{Name: e.Name, Type: e.To, Shape: e.Shape}
+	}
+	return modelcheck.Check(m, modelcheck.Options{})
+}
+
 // Run quantizes the source into Out: the plan decides each tensor's type, tensors are quantized in row blocks
 // on a bounded pool of workers and streamed, in plan order, through the two-phase GGUF writer into an atomic
 // output file. Peak memory is a few chunks per thread, independent of the model size.
@@ -97,6 +109,9 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	src := o.Source
 	qp, err := MakeSourcePlan(src, o.FileType, o.Overrides)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkPlanned(src, qp); err != nil {
 		return Result{}, err
 	}
 	threads := o.Threads
