@@ -12,6 +12,7 @@ import (
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/spf13/cobra"
 )
@@ -42,6 +43,9 @@ type inspectResult struct {
 	TotalBytes   int64           `json:"total_bytes"`
 	Parameters   int64           `json:"parameters"`
 	chatTemplate string          // tokenizer.chat_template, checked for a warning
+	// Problems lists why the GGUF would not load (package modelcheck); inspect then exits 3 after showing it.
+	Problems []string `json:"problems,omitempty"`
+	checkErr error
 }
 
 func newInspectCmd(a *app) *cobra.Command {
@@ -58,7 +62,10 @@ func newInspectCmd(a *app) *cobra.Command {
 			if err := engine.CheckChatTemplate(res.chatTemplate); err != nil {
 				a.io.Warnf("%s: requests will fail: %v", res.Path, err)
 			}
-			return a.io.Result(res, func(w io.Writer) { printInspect(w, res, showTensors || a.io.Verbose) })
+			if err := a.io.Result(res, func(w io.Writer) { printInspect(w, res, showTensors || a.io.Verbose) }); err != nil {
+				return err
+			}
+			return res.checkErr
 		},
 	}
 	cmd.Flags().BoolVar(&showTensors, "tensors", true, "list every tensor")
@@ -107,6 +114,16 @@ func inspectGGUF(path string) (*inspectResult, error) {
 		res.Tensors = append(res.Tensors, inspectTensor{Name: t.Name, Type: t.Type.String(), Shape: shape, Bytes: int64(t.Size())})
 		res.DTypes[t.Type.String()]++
 		res.Parameters += int64(t.NumElements())
+	}
+	if err := modelcheck.CheckFile(f, modelcheck.Options{}); err != nil {
+		res.checkErr = err
+		var me *modelcheck.Error
+		if !asErr(err, &me) {
+			return nil, err
+		}
+		for _, p := range me.Problems {
+			res.Problems = append(res.Problems, p.String())
+		}
 	}
 	return res, nil
 }
