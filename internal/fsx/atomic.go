@@ -183,7 +183,7 @@ func HashFileContext(ctx context.Context, path string) (int64, string, error) {
 }
 
 func hashFile(ctx context.Context, path string) (int64, string, error) {
-	fh, err := os.Open(path)
+	fh, err := Open(path) // a FIFO or a device would never end
 	if err != nil {
 		return 0, "", err
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Names of the files a Hugging Face model directory keeps its weights in.
@@ -87,7 +89,7 @@ type indexFile struct {
 
 // readIndex parses an index file and returns weight_map.
 func readIndex(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
