@@ -197,8 +197,10 @@ func (c *checker) headDims(h *hparams) {
 
 // rope checks the rotary embedding parameters.
 func (c *checker) rope(h *hparams) {
-	if base, _, ok := c.f32(c.k("rope.freq_base"), true); ok && base <= 0 {
-		c.keyf(c.k("rope.freq_base"), "%s, want a positive base (the rotation frequencies are base^(-2i/d))", f32s(base))
+	if base, _, ok := c.f32(c.k("rope.freq_base"), true); ok && base <= 1 {
+		// The rotation frequencies are base^(-2i/d): a base below 1 makes them grow with i, and a tiny one
+		// overflows them to infinity (NaN logits); yarn divides by log(base).
+		c.keyf(c.k("rope.freq_base"), "%s, want a base above 1 (the rotation frequencies are base^(-2i/d))", f32s(base))
 	}
 	isHybrid := hybrid(c.arch)
 	if h.headDim == 0 {

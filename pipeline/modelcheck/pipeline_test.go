@@ -20,7 +20,15 @@ var (
 	ckptErr  error
 )
 
-// checkpoints generates every tiny preset once per test binary.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ckptDir != "" {
+		os.RemoveAll(ckptDir)
+	}
+	os.Exit(code)
+}
+
+// checkpoints generates every tiny preset once per test binary (removed by TestMain).
 func checkpoints(t *testing.T) string {
 	t.Helper()
 	ckptOnce.Do(func() {

@@ -194,8 +194,8 @@ func (c *checker) checkTensors(h *hparams) {
 	case !ok:
 		c.tensorf("token_embd.weight", "missing")
 		return
-	case len(trim(te.Shape)) != 2:
-		c.tensorf("token_embd.weight", "shape %v, want {embedding_length %d, vocabulary rows}", te.Shape, h.embd)
+	case len(trim(te.Shape)) != 2 || te.Shape[1] == 0:
+		c.tensorf("token_embd.weight", "shape %v, want {embedding_length %d, vocabulary rows > 0}", te.Shape, h.embd)
 		return
 	}
 	h.vocabRows = te.Shape[1]

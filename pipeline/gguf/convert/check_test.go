@@ -57,7 +57,7 @@ func TestRefusesCheckpointsThatMakeInvalidFiles(t *testing.T) {
 		{"num_attention_heads 8", base, func(c map[string]any) { c["num_attention_heads"] = 8 }, "", `model.layers.0.self_attn.q_proj.weight`},
 		{"head_dim 12", base, func(c map[string]any) { c["head_dim"] = 12 }, "", "attn_q.weight"},
 		{"rms_norm_eps negative", base, func(c map[string]any) { c["rms_norm_eps"] = -1e-6 }, "rms_norm_eps", "negative"},
-		{"rope_theta 0", base, func(c map[string]any) { c["rope_theta"] = 0 }, "rope_theta", "positive"},
+		{"rope_theta 0", base, func(c map[string]any) { c["rope_theta"] = 0 }, "rope_theta", "above 1"},
 		{"intermediate_size", base, func(c map[string]any) { c["intermediate_size"] = 96 }, "", "ffn_gate.weight"},
 		{"linear_num_value_heads", q35, func(c map[string]any) { text(c)["linear_num_value_heads"] = 3 }, "text_config.linear_num_value_heads", "not a multiple"},
 		{"full_attention_interval 1", q35, func(c map[string]any) { text(c)["full_attention_interval"] = 1 }, "text_config.full_attention_interval", "full_attention_interval"},
