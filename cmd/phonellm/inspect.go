@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -96,12 +97,12 @@ func inspectGGUF(path string) (*inspectResult, error) {
 	}
 	res.chatTemplate = f.String("tokenizer.chat_template")
 	for _, kv := range f.KVs {
-		v := kv.Value.V
+		v := jsonSafe(kv.Value.V)
 		if arr, ok := v.(gguf.Array); ok {
 			if arr.Len() > 16 {
 				v = fmt.Sprintf("[%s × %d]", arr.Elem, arr.Len())
 			} else {
-				v = arr.Values
+				v = jsonSafe(arr.Values)
 			}
 		}
 		res.KVs = append(res.KVs, inspectKV{Key: kv.Key, Type: kv.Value.Type.String(), Value: v})
@@ -126,6 +127,44 @@ func inspectGGUF(path string) (*inspectResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// jsonSafe replaces NaN and infinite floats (which a hostile file may hold and JSON cannot) by their names.
+func jsonSafe(v any) any {
+	name := func(f float64) (string, bool) {
+		switch {
+		case math.IsNaN(f):
+			return "NaN", true
+		case math.IsInf(f, 1):
+			return "+Inf", true
+		case math.IsInf(f, -1):
+			return "-Inf", true
+		}
+		return "", false
+	}
+	switch x := v.(type) {
+	case float32:
+		if s, ok := name(float64(x)); ok {
+			return s
+		}
+	case float64:
+		if s, ok := name(x); ok {
+			return s
+		}
+	case []float32:
+		out := make([]any, len(x))
+		for i, f := range x {
+			out[i] = jsonSafe(f)
+		}
+		return out
+	case []float64:
+		out := make([]any, len(x))
+		for i, f := range x {
+			out[i] = jsonSafe(f)
+		}
+		return out
+	}
+	return v
 }
 
 func inspectHF(dir string) (*inspectResult, error) {

@@ -46,7 +46,7 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, pipeline.InputError(fmt.Errorf("%s has no config.json: not a Hugging Face checkpoint folder", dir))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a Hugging Face checkpoint: %w", dir, err)
+		return nil, pipeline.InputError(fmt.Errorf("%s is not a Hugging Face checkpoint: %w", dir, err))
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {

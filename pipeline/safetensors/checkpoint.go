@@ -133,6 +133,9 @@ func openShards(dir, idxPath string, weightMap map[string]string) (*Checkpoint, 
 	c := &Checkpoint{dir: dir, byName: map[string]int{}}
 	for _, n := range names {
 		f, err := Open(filepath.Join(dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			err = formatErr(idxPath, "", "weight_map names shard %s, which does not exist", n)
+		}
 		if err != nil {
 			c.Close()
 			return nil, err
