@@ -16,6 +16,12 @@ const (
 	maxExperts = 1024
 	maxDim     = 1 << 24
 	maxConv    = 1 << 10
+	// maxWidth bounds attention and linear-attention widths relative to the embedding, and maxState the
+	// linear-attention head size, so the memory the engine allocates at load (KV cache, recurrent state,
+	// compute buffers) stays proportional to the weights (real Qwen models: widths 1-4× the embedding,
+	// head sizes 128-256).
+	maxWidth = 16
+	maxState = 1 << 10
 )
 
 // hparams are the hyper-parameters a Qwen model's graph is built from, read as the engines read them.
@@ -189,6 +195,12 @@ func (c *checker) headDims(h *hparams) {
 		return
 	}
 	h.headDim = k
+	if h.heads*k > maxWidth*h.embd {
+		// Plausibility: the KV cache and the activations grow with the attention width, which would no longer
+		// be proportional to the weights in the file (real models: 1-4× the embedding).
+		c.keyf(c.k("attention.key_length"), "%d × head_count %d = %d is more than %d× embedding_length %d", k, h.heads, h.heads*k, maxWidth, h.embd)
+		return
+	}
 	if c.arch == "qwen2" && h.heads*k != h.embd {
 		// llama.cpp's qwen2 graph projects to {n_embd, n_embd}.
 		c.keyf(c.k("attention.key_length"), "%d × head_count %d = %d, want embedding_length %d for qwen2", k, h.heads, h.heads*k, h.embd)
@@ -391,6 +403,12 @@ func (c *checker) linearAttention(h *hparams) {
 		// Ollama's engine derives the value head size as inner_size / time_step_rank and requires it to equal
 		// the key head size (state_size); llama.cpp uses state_size for both.
 		c.keyf(c.k("ssm.inner_size"), "%d, want ssm.state_size × ssm.time_step_rank = %d × %d = %d", inner, h.ssmState, h.ssmVHeads, h.ssmState*h.ssmVHeads)
+		return
+	}
+	if h.ssmState > maxState || h.ssmState*h.ssmVHeads > maxWidth*h.embd {
+		// Plausibility: the recurrent state of a layer is state_size² × time_step_rank values per sequence.
+		c.keyf(c.k("ssm.state_size"), "%d × ssm.time_step_rank %d is implausibly large (want state_size ≤ %d and inner_size ≤ %d× embedding_length %d)",
+			h.ssmState, h.ssmVHeads, maxState, maxWidth, h.embd)
 		return
 	}
 	if h.ssmVHeads%h.ssmGroups != 0 {
