@@ -147,15 +147,44 @@ func Corpus(ctx context.Context, dir string) ([]Mutant, error) {
 	return all, nil
 }
 
-// Sample picks about n mutants spread over every category and base: the i-th of each group in turn, so a
-// small sample still covers every kind of damage. It is deterministic.
+// Regressions are the files issue 14 reported, in every sample: an abort (head_count 3, a transposed ffn_up),
+// a panic on the first request (a vocabulary larger than the embedding) and the checkpoint convert used to
+// turn into such a file with exit 0.
+var Regressions = []string{
+	"qwen3-f16/hparams/attention.head_count 3",
+	"qwen3-f16/shapes/blk.0.ffn_up.weight transposed",
+	"qwen3-f16/vocab/40 tokens more than embedding rows",
+	"qwen3-f16-ckpt/config/num_key_value_heads 0",
+}
+
+// Sample picks about n mutants spread over every category and base (the i-th of each group in turn, so a
+// small sample still covers every kind of damage) plus the Regressions. It is deterministic.
 func Sample(all []Mutant, n int) []Mutant {
 	if n >= len(all) {
 		return all
 	}
+	var must []Mutant
+	for _, name := range Regressions {
+		for _, m := range all {
+			if m.Name == name {
+				must = append(must, m)
+			}
+		}
+	}
+	return append(must, spreadSample(all, n-len(must), must)...)
+}
+
+func spreadSample(all []Mutant, n int, skip []Mutant) []Mutant {
+	taken := map[string]bool{}
+	for _, m := range skip {
+		taken[m.Name] = true
+	}
 	groups := map[string][]Mutant{}
 	var keys []string
 	for _, m := range all {
+		if taken[m.Name] {
+			continue
+		}
 		base, _, _ := strings.Cut(m.Name, "/")
 		k := base + "/" + m.Category
 		if _, ok := groups[k]; !ok {

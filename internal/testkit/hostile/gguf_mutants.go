@@ -107,8 +107,11 @@ func (g *builder) variant() {
 		}
 	}
 	g.data()
-	g.edit("templates", "syntax error", map[bool]Expect{true: ggufServeRefused, false: ggufTemplateSyntax}[g.b.MTP],
-		func(m *model) { m.set("tokenizer.chat_template", gguf.String("{% for %}")) })
+	syntax := ggufTemplateSyntax
+	if g.b.MTP {
+		syntax = ggufServeRefused
+	}
+	g.edit("templates", "syntax error", syntax, func(m *model) { m.set("tokenizer.chat_template", gguf.String("{% for %}")) })
 	g.edit("vocab", "40 tokens more than embedding rows", r, func(m *model) {
 		v, _ := m.get("tokenizer.ggml.tokens")
 		toks := slices.Clone(v.V.(gguf.Array).Values.([]string))
@@ -271,6 +274,9 @@ func (g *builder) hparams() {
 			values := []uint32{0, 1, v + 1, 2 * v, math.MaxUint32}
 			if kind == hShape {
 				values = []uint32{0, v + 1, math.MaxUint32} // every other value is refused alike
+				if suffix == "attention.head_count" {
+					values = append(values, 3) // issue 14: GGML_ASSERT in ggml_reshape
+				}
 			}
 			for _, x := range values {
 				if seen[x] {

@@ -119,3 +119,32 @@ func TestCorpusDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleHasRegressions: the regression files of issue 14 exist and are in every sample, with the label
+// "refused everywhere".
+func TestSampleHasRegressions(t *testing.T) {
+	all := corpus(t)
+	s := Sample(all, 20)
+	if len(s) != 20 {
+		t.Fatalf("sample of %d", len(s))
+	}
+	for i, name := range Regressions {
+		if s[i].Name != name {
+			t.Fatalf("sample[%d] = %s, want %s", i, s[i].Name, name)
+		}
+		want := ggufRefused
+		if s[i].Checkpoint() {
+			want = ckptInvalid // inspect lists a checkpoint folder; convert and quantize refuse it
+		}
+		if s[i].Expect != want {
+			t.Errorf("%s: %+v, want %+v", name, s[i].Expect, want)
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range s {
+		if seen[m.Name] {
+			t.Fatalf("%s twice in the sample", m.Name)
+		}
+		seen[m.Name] = true
+	}
+}
