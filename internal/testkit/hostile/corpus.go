@@ -45,6 +45,10 @@ const (
 	AnswerOrError              // 200, or a clean error response (the request fails, the server stays up)
 )
 
+func (r Reply) String() string {
+	return [...]string{"none", "answer", "answer or error"}[r]
+}
+
 // Expect is a mutant's expected outcome in each command. GGUF mutants go through inspect, fit, quantize and
 // serve; checkpoint mutants through inspect, convert and quantize.
 type Expect struct {
@@ -73,6 +77,9 @@ var (
 	// ggufBadWeights: well formed, but weights that are not finite. quantize refuses them (as llama-quantize
 	// does); serve loads them (weights are not read at load) and the request answers or fails cleanly.
 	ggufBadWeights = Expect{Inspect: Accept, Fit: Accept, Quantize: Refuse, Serve: Accept, Reply: AnswerOrError, Runtime: RuntimeNaN}
+	// ggufOddVocab: a well-formed vocabulary the tokenizer must cope with (prompts may tokenize to little or
+	// nothing): the request answers or fails cleanly.
+	ggufOddVocab = Expect{Inspect: Accept, Fit: Accept, Quantize: Accept, Serve: Accept, Reply: AnswerOrError}
 	// ggufTemplateSyntax: a chat template that does not compile: serve refuses it at load.
 	ggufTemplateSyntax = Expect{Inspect: Accept, Fit: Accept, Quantize: Accept, Serve: Refuse}
 	// ggufHostileTemplate: a template that compiles but loops, recurses or explodes when rendered: serve may

@@ -774,6 +774,27 @@ func (g *builder) vocab() {
 			setTokens(m, toks, types)
 		})
 	}
+	// Odd but well-formed vocabularies: the tokenizer must cope (a prompt may come out short or empty).
+	odd := ggufOddVocab
+	if g.b.MTP {
+		odd = ggufServeRefused
+	}
+	g.edit("vocab", "byte tokens renamed (only special tokens match)", odd, func(m *model) {
+		toks := slices.Clone(tokens)
+		for i := range toks {
+			if types[i] == 1 {
+				toks[i] = fmt.Sprintf("[UNUSED%d]", i)
+			}
+		}
+		setTokens(m, toks, types)
+	})
+	g.edit("vocab", "every token the same", odd, func(m *model) {
+		toks := make([]string, n)
+		for i := range toks {
+			toks[i] = "a"
+		}
+		setTokens(m, toks, types)
+	})
 	g.edit("vocab", "one empty token", r, func(m *model) {
 		toks := slices.Clone(tokens)
 		toks[n/2] = ""
