@@ -41,6 +41,8 @@ func TestRefusesCheckpointsThatMakeInvalidFiles(t *testing.T) {
 	}
 	base.HiddenSize, base.NumHeads, base.NumKVHeads, base.HeadDim, base.IntermediateSize = 64, 4, 2, 16, 128
 	base.VocabSize, base.TokenizerSize = 320, 320
+	wide := base
+	wide.HeadDim = 512 // 4 heads × 512 = 2048 = 32 × the embedding: consistent tensors, implausible memory
 	q35, _ := tinymodel.Preset("qwen35")
 	q35.HiddenSize, q35.NumHeads, q35.NumKVHeads, q35.HeadDim, q35.IntermediateSize = 64, 4, 2, 16, 128
 	q35.LinearKeyHeadDim, q35.LinearValueHeadDim, q35.MRoPESection, q35.PartialRotaryFactor = 16, 16, []int{2, 1, 1}, 0.5
@@ -59,6 +61,7 @@ func TestRefusesCheckpointsThatMakeInvalidFiles(t *testing.T) {
 		{"rms_norm_eps negative", base, func(c map[string]any) { c["rms_norm_eps"] = -1e-6 }, "rms_norm_eps", "negative"},
 		{"rope_theta 0", base, func(c map[string]any) { c["rope_theta"] = 0 }, "rope_theta", "above 1"},
 		{"intermediate_size", base, func(c map[string]any) { c["intermediate_size"] = 96 }, "", "ffn_gate.weight"},
+		{"heads 32x wider than the embedding", wide, func(map[string]any) {}, "head_dim", "more than 16× embedding_length"},
 		{"linear_num_value_heads", q35, func(c map[string]any) { text(c)["linear_num_value_heads"] = 3 }, "text_config.linear_num_value_heads", "not a multiple"},
 		{"full_attention_interval 1", q35, func(c map[string]any) { text(c)["full_attention_interval"] = 1 }, "text_config.full_attention_interval", "full_attention_interval"},
 		{"num_key_value_heads 0 (qwen35)", q35, func(c map[string]any) { text(c)["num_key_value_heads"] = 0 }, "text_config.num_key_value_heads", "head_count_kv"},
