@@ -27,6 +27,9 @@ type Options struct {
 	// KVCacheType is the KV cache type the model will be served with ("", "f16", "q8_0", "q4_0"). A quantized
 	// cache stores key rows in 32-element blocks, so the head size must be a multiple of 32 (ggml asserts it).
 	KVCacheType string
+	// SkipTokenizer leaves the vocabulary's content to the caller, which builds the runtime tokenizer itself
+	// right after (goengine.Load); CheckFile otherwise builds it once to check it.
+	SkipTokenizer bool
 }
 
 // Architectures lists the general.architecture values this package knows, which are those phonellm converts

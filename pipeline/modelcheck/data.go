@@ -2,10 +2,12 @@ package modelcheck
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 
+	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
 
@@ -13,14 +15,27 @@ import (
 // most a few times the embedding width; anything larger is a weight matrix and is not read at load.
 const maxVectorElems = 1 << 20
 
-// CheckFile checks an opened GGUF: [Check] on its metadata and tensor infos, then the values of its small
-// F32 tensors (norms, biases, the recurrent layers' gates), which must be finite. A NaN in a norm weight turns
+// CheckFile checks an opened GGUF: [Check] on its metadata and tensor infos, then its vocabulary by building the
+// runtime tokenizer (unless Options.SkipTokenizer), then the values of its small F32 tensors (norms, biases,
+// the recurrent layers' gates), which must be finite. A NaN in a norm weight turns
 // every logit into NaN; checking these costs a few MB of reads even for large models.
 func CheckFile(f *gguf.File, o Options) error {
 	if err := Check(FromFile(f), o); err != nil {
 		return err
 	}
 	c := &checker{m: FromFile(f)}
+	if !o.SkipTokenizer {
+		// The runtime tokenizer checks the vocabulary's content (empty, duplicate, oversized tokens, merges
+		// that are malformed or name tokens that do not exist) as it is built.
+		if _, err := tokenizer.FromGGUF(f); err != nil {
+			var te *tokenizer.Error
+			if !errors.As(err, &te) {
+				return err
+			}
+			c.add(Problem{Key: te.Key, Msg: te.Msg, Unsupported: te.Unsupported})
+			return c.err()
+		}
+	}
 	buf := make([]byte, 64<<10)
 	for _, t := range f.Tensors {
 		if t.Type != gguf.TypeF32 || len(trim(t.Shape)) != 1 || t.NumElements() > maxVectorElems {

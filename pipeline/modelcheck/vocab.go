@@ -8,7 +8,8 @@ import (
 
 // vocabulary checks the tokenizer metadata against the embedding: every token id the tokenizer can produce
 // must be a row of token_embd (ggml_get_rows asserts), and the per-token arrays must be as long as the token
-// list (Ollama's tokenizer indexes token_type by token id; llama.cpp reads scores and types without bounds).
+// list (llama.cpp reads scores and types without bounds). The vocabulary's content (empty, duplicate or
+// oversized tokens, malformed merges) is the tokenizer's to check: CheckFile builds it (internal/tokenizer).
 func (c *checker) vocabulary(h *hparams) {
 	if h.vocabRows == 0 {
 		return // token_embd itself is broken, already reported
@@ -38,13 +39,7 @@ func (c *checker) vocabulary(h *hparams) {
 		c.keyf(kTokens, "%d tokens, more than the %d rows of token_embd.weight (a token id past the embedding cannot be looked up)", n, h.vocabRows)
 		return
 	}
-	for i, s := range tokens.Values.([]string) {
-		if s == "" {
-			c.keyf(kTokens, "token %d is the empty string", i)
-			return
-		}
-	}
-	if types, ok := c.array(kTypes, gguf.ValueInt32, true); ok && types.Len() != n {
+	if types, ok := c.array(kTypes, gguf.ValueInt32, false); ok && types.Values != nil && types.Len() != n {
 		c.keyf(kTypes, "%d entries for %d tokens", types.Len(), n)
 	}
 	if scores, ok := c.array(kScores, gguf.ValueFloat32, false); ok && scores.Values != nil && scores.Len() != n {

@@ -248,7 +248,8 @@ func precheck(path, kvType string) (arch string, trainCtx int, err error) {
 		return "", 0, fmt.Errorf("goengine: %w", err)
 	}
 	defer f.Close()
-	if err := modelcheck.CheckFile(f, modelcheck.Options{Serve: true, KVCacheType: kvType}); err != nil {
+	// SkipTokenizer: loadTokenizer builds (and so checks) the vocabulary right after.
+	if err := modelcheck.CheckFile(f, modelcheck.Options{Serve: true, KVCacheType: kvType, SkipTokenizer: true}); err != nil {
 		return "", 0, err
 	}
 	// A chat template that does not compile is the file's fault too (exit 3, not a failure of the engine).
