@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/phonellm/phonellm/internal/half"
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // poisonGGUF writes a copy of in with element idx of tensor name set to v.
@@ -42,20 +44,25 @@ func poisonGGUF(t *testing.T, in, out, name string, idx int64, v float32) {
 }
 
 // TestRefusesNonFiniteWeights: NaN or infinite inputs are refused (as llama-quantize does) whether the tensor is
-// quantized (blk.0.ffn_up, F16 → Q4_K) or copied unchanged (an F32 norm), and nothing is written.
+// quantized (F16 → Q4_K) or copied unchanged (an F16 tensor kept F16 by a --tensor-type rule), and nothing is
+// written. NaN norms are already refused when the input is opened (package modelcheck reads them).
 func TestRefusesNonFiniteWeights(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in-F16.gguf")
 	writeF16Model(t, in, 1, 256, 256, 300)
+	keep, err := plan.ParseTensorTypeRule("ffn_down=f16")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		tensor string
 		idx    int64
 		v      float32
+		ov     plan.Overrides
 	}{
-		{"blk.0.ffn_up.weight", 300, float32(math.NaN())},
-		{"blk.0.ffn_down.weight", 5, float32(math.Inf(-1))},
-		{"output_norm.weight", 7, float32(math.Inf(1))},
-		{"blk.0.attn_norm.weight", 255, float32(math.NaN())},
+		{"blk.0.ffn_up.weight", 300, float32(math.NaN()), plan.Overrides{}},
+		{"blk.0.ffn_down.weight", 5, float32(math.Inf(-1)), plan.Overrides{}},
+		{"blk.0.ffn_down.weight", 60000, float32(math.NaN()), plan.Overrides{TensorTypes: []plan.TensorTypeRule{keep}}},
 	} {
 		bad := filepath.Join(dir, "bad.gguf")
 		poisonGGUF(t, in, bad, c.tensor, c.idx, c.v)
@@ -65,7 +72,7 @@ func TestRefusesNonFiniteWeights(t *testing.T) {
 		}
 		out := filepath.Join(dir, "out", "q.gguf")
 		os.MkdirAll(filepath.Dir(out), 0o755)
-		_, err = Run(context.Background(), Options{Source: src, FileType: gguf.FileTypeQ4_K_M, Out: out, Threads: 2}, nil)
+		_, err = Run(context.Background(), Options{Source: src, FileType: gguf.FileTypeQ4_K_M, Out: out, Threads: 2, Overrides: c.ov}, nil)
 		src.Close()
 		var de *DataError
 		if !errors.As(err, &de) || de.Tensor != c.tensor || de.Index != c.idx || !strings.Contains(err.Error(), c.tensor) {
@@ -73,6 +80,13 @@ func TestRefusesNonFiniteWeights(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(filepath.Dir(out)); len(ents) != 0 {
 			t.Fatalf("left %v", ents)
+		}
+	}
+	for _, norm := range []string{"output_norm.weight", "blk.0.attn_norm.weight"} {
+		bad := filepath.Join(dir, "bad.gguf")
+		poisonGGUF(t, in, bad, norm, 7, float32(math.Inf(1)))
+		if _, err := OpenGGUF(bad); err == nil || !strings.Contains(err.Error(), norm) || !pipeline.IsInputError(err) {
+			t.Fatalf("%s +Inf: OpenGGUF: %v", norm, err)
 		}
 	}
 }
