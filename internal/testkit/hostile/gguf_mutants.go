@@ -768,7 +768,12 @@ func (g *builder) vocab() {
 		g.edit("vocab", "padding tokens dropped (fewer tokens than rows)", g.valid, func(m *model) {
 			setTokens(m, tokens[:n-pads], types[:n-pads])
 		})
-		g.edit("vocab", "a 1 MB token", g.valid, func(m *model) {
+		g.edit("vocab", "a 60 KB token", g.valid, func(m *model) {
+			toks := slices.Clone(tokens)
+			toks[n-1] = strings.Repeat("é", 30000)
+			setTokens(m, toks, types)
+		})
+		g.edit("vocab", "a 1 MB token", r, func(m *model) {
 			toks := slices.Clone(tokens)
 			toks[n-1] = strings.Repeat("é", 1<<19)
 			setTokens(m, toks, types)
@@ -779,7 +784,7 @@ func (g *builder) vocab() {
 	if g.b.MTP {
 		odd = ggufServeRefused
 	}
-	g.edit("vocab", "byte tokens renamed (only special tokens match)", odd, func(m *model) {
+	g.edit("vocab", "byte tokens renamed, no merges (only special tokens match)", odd, func(m *model) {
 		toks := slices.Clone(tokens)
 		for i := range toks {
 			if types[i] == 1 {
@@ -787,8 +792,9 @@ func (g *builder) vocab() {
 			}
 		}
 		setTokens(m, toks, types)
+		m.set("tokenizer.ggml.merges", gguf.Strings([]string{}))
 	})
-	g.edit("vocab", "every token the same", odd, func(m *model) {
+	g.edit("vocab", "every token the same", r, func(m *model) {
 		toks := make([]string, n)
 		for i := range toks {
 			toks[i] = "a"
@@ -812,11 +818,12 @@ func (g *builder) vocab() {
 		}
 		m.set("tokenizer.ggml.token_type", gguf.Uint32s(u))
 	})
-	g.edit("vocab", "token_type missing", r, func(m *model) { m.del("tokenizer.ggml.token_type") })
+	// Without token types every token is a normal one (llama.cpp's default too): specials are not split out.
+	g.edit("vocab", "token_type missing", g.valid, func(m *model) { m.del("tokenizer.ggml.token_type") })
 	g.edit("vocab", "scores short", r, func(m *model) { m.set("tokenizer.ggml.scores", gguf.Float32s(make([]float32, 3))) })
 	g.edit("vocab", "merges missing", r, func(m *model) { m.del("tokenizer.ggml.merges") })
 	g.edit("vocab", "merges empty", g.valid, func(m *model) { m.set("tokenizer.ggml.merges", gguf.Strings([]string{})) })
-	g.edit("vocab", "merges garbage", g.valid, func(m *model) {
+	g.edit("vocab", "merges garbage", r, func(m *model) {
 		m.set("tokenizer.ggml.merges", gguf.Strings([]string{"nospace", " ", "a  b", "\xff \xfe", strings.Repeat("z", 1000) + " q"}))
 	})
 	for _, k := range []string{"bos_token_id", "eos_token_id", "padding_token_id"} {
@@ -828,6 +835,12 @@ func (g *builder) vocab() {
 	g.edit("vocab", "eos_token_ids in range", g.valid, func(m *model) { m.set("tokenizer.ggml.eos_token_ids", gguf.Int32s([]int32{int32(n - 1)})) })
 	g.edit("vocab", "tokenizer model llama", r, func(m *model) { m.set("tokenizer.ggml.model", gguf.String("llama")) })
 	g.edit("vocab", "tokenizer model missing", r, func(m *model) { m.del("tokenizer.ggml.model") })
-	g.edit("vocab", "add_bos_token true", g.valid, func(m *model) { m.set("tokenizer.ggml.add_bos_token", gguf.Bool(true)) })
+	// Adding a BOS token needs one: the converted bases have no bos_token_id (Qwen has none).
+	_, hasBOS := base.get("tokenizer.ggml.bos_token_id")
+	g.edit("vocab", "add_bos_token true", g.pick(hasBOS), func(m *model) { m.set("tokenizer.ggml.add_bos_token", gguf.Bool(true)) })
+	g.edit("vocab", "add_bos_token true with a BOS", g.valid, func(m *model) {
+		m.set("tokenizer.ggml.add_bos_token", gguf.Bool(true))
+		m.set("tokenizer.ggml.bos_token_id", gguf.Uint32(uint32(n-1)))
+	})
 	g.edit("vocab", "add_bos_token uint8", r, func(m *model) { m.set("tokenizer.ggml.add_bos_token", gguf.Uint8(1)) })
 }
