@@ -118,12 +118,19 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	arch, train, err := precheck(o.Path, o.KVCacheType)
+	// The metadata is read once for the checks and the tokenizer, before any weights are loaded.
+	f, err := gguf.OpenFile(o.Path)
 	if err != nil {
+		return nil, fmt.Errorf("goengine: %w", err)
+	}
+	arch, train, err := precheck(f, o.KVCacheType)
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
 	// The vocabulary is checked before any weights are loaded: a hostile one is refused by name.
-	tk, err := loadTokenizer(o.Path)
+	tk, err := loadTokenizer(f)
+	f.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -242,12 +249,7 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 // this engine cannot run (an MTP block; a quantized KV cache with heads that are not whole blocks). Ollama's
 // loader and ggml assert (abort the process) or panic on files that fail them. It returns the architecture
 // and the training context.
-func precheck(path, kvType string) (arch string, trainCtx int, err error) {
-	f, err := gguf.OpenFile(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("goengine: %w", err)
-	}
-	defer f.Close()
+func precheck(f *gguf.File, kvType string) (arch string, trainCtx int, err error) {
 	// SkipTokenizer: loadTokenizer builds (and so checks) the vocabulary right after.
 	if err := modelcheck.CheckFile(f, modelcheck.Options{Serve: true, KVCacheType: kvType, SkipTokenizer: true}); err != nil {
 		return "", 0, err
@@ -255,7 +257,7 @@ func precheck(path, kvType string) (arch string, trainCtx int, err error) {
 	// A chat template that does not compile is the file's fault too (exit 3, not a failure of the engine).
 	if src := f.String("tokenizer.chat_template"); src != "" {
 		if _, err := engine.NewChatTemplate(src, "", ""); err != nil {
-			return "", 0, &modelcheck.Error{File: path, Problems: []modelcheck.Problem{{Key: "tokenizer.chat_template", Msg: err.Error()}}}
+			return "", 0, &modelcheck.Error{File: f.Name, Problems: []modelcheck.Problem{{Key: "tokenizer.chat_template", Msg: err.Error()}}}
 		}
 	}
 	arch = f.Architecture()
@@ -266,12 +268,7 @@ func precheck(path, kvType string) (arch string, trainCtx int, err error) {
 }
 
 // loadTokenizer builds the tokenizer from the file's tokenizer.ggml.* keys.
-func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
-	f, err := gguf.OpenFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("goengine: %w", err)
-	}
-	defer f.Close()
+func loadTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	tk, err := tokenizer.FromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("goengine: %w", err)
