@@ -190,6 +190,10 @@ func (g *builder) metadata() {
 		}
 	})
 	g.edit("metadata", "4 MB string", g.valid, func(m *model) { m.set("general.description", gguf.String(strings.Repeat("x", 4<<20))) })
+	// general.name names quantize's default output file: these must not (the model stays valid).
+	for _, c := range []struct{ what, name string }{{"path traversal", "../../escape"}, {"NUL", "a\x00b"}, {"300 bytes", strings.Repeat("n", 300)}} {
+		g.edit("metadata", "general.name "+c.what, g.valid, func(m *model) { m.set("general.name", gguf.String(c.name)) })
+	}
 	g.edit("metadata", "alignment 64", g.valid, func(m *model) { m.set("general.alignment", gguf.Uint32(64)) })
 	g.edit("metadata", "alignment 1", g.valid, func(m *model) { m.set("general.alignment", gguf.Uint32(1)) })
 	g.edit("metadata", "alignment 0", r, func(m *model) { m.set("general.alignment", gguf.Uint32(0)) })
