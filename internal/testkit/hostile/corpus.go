@@ -13,14 +13,15 @@ import (
 type Outcome int
 
 const (
-	NotRun Outcome = iota // the command does not take this kind of input
-	Accept                // exit 0
-	Refuse                // exit 3: bad input, one line naming the problem
-	Either                // exit 0 or 3 (a choice left to another part of the system), never a crash
+	NotRun  Outcome = iota // the command does not take this kind of input
+	Accept                 // exit 0
+	Refuse                 // exit 3: bad input, one line naming the problem
+	Either                 // exit 0 or 3 (a choice left to another part of the system), never a crash
+	Stopped                // ended by SIGTERM: exit 130 (README: interrupted), or 0
 )
 
 func (o Outcome) String() string {
-	return [...]string{"not run", "accept", "refuse", "accept or refuse"}[o]
+	return [...]string{"not run", "accept", "refuse", "accept or refuse", "stopped"}[o]
 }
 
 // Allows reports whether an exit code is what the outcome asks for.
@@ -32,6 +33,8 @@ func (o Outcome) Allows(code int) bool {
 		return code == 3
 	case Either:
 		return code == 0 || code == 3
+	case Stopped:
+		return code == 130 || code == 0
 	}
 	return false
 }
@@ -54,8 +57,8 @@ func (r Reply) String() string {
 type Expect struct {
 	Inspect, Fit, Quantize, Convert, Serve Outcome
 	Reply                                  Reply
-	// Runtime names the serving-side guard the reply depends on (template evaluation limits, NaN logits), or
-	// "" when loading alone decides it.
+	// Runtime names the serving-side guard the reply depends on (runtime/engine's template evaluation limits,
+	// goengine's check of non-finite logits), or "" when loading alone decides it.
 	Runtime string
 }
 
