@@ -16,9 +16,13 @@ import (
 type loaded struct {
 	ops   []loadedOp
 	bytes int64
-	// the float32 path (fastPlan): every op's factors concatenated, R = r32 columns of u, rows of v
+	// the float32 path (fastPlan): every op's factors concatenated, R = r32 columns of u, rows of v; u also
+	// in float64 and the guard's per-row and per-column factors (guard.go)
 	r32      int
 	u32, v32 []float32
+	u64      []float64
+	ku, nv   []float32
+	floor    float32
 }
 
 type loadedOp struct {
@@ -108,7 +112,9 @@ func (s *Source) load(ctx context.Context, pl *plan) (*loaded, error) {
 		}
 	}
 	if fastPlan(pl) {
-		fastFactors(pl, ld)
+		if err := fastFactors(pl, ld); err != nil {
+			return nil, err
+		}
 		return ld, nil
 	}
 	for i, o := range pl.ops {

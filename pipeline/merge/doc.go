@@ -23,13 +23,16 @@
 // over all R rank components of all its adapters, and the float32 sum is rounded to the dtype. Its error
 // before that rounding is at most (R+3)·2⁻²⁴·(|W| + Σ|s·B·A|), so it equals the exactly rounded result except
 // for values within that distance of a rounding boundary (a few in 10⁵ in the tests), which may round to the
-// neighbour instead. Everything else (F32 tensors, DoRA, LoRA biases, saved tensors, and chains of them) is
-// computed in float64 and rounded once. PEFT itself rounds to the weight dtype after each step, so it can
+// neighbour instead — and except where W and s·B·A nearly cancel, where the bound can span many ulps of the
+// small result: the kernels flag every element whose bound could exceed half an ulp (|x| < K·‖u_i‖·‖v_j‖, see
+// guard.go) and those few are recomputed in float64 exactly as below, so every value is at most one ulp from
+// the exactly rounded one. Everything else (F32 tensors, DoRA, LoRA biases, saved tensors, and chains of them)
+// is computed in float64 and rounded once. PEFT itself rounds to the weight dtype after each step, so it can
 // differ from either result by one ulp in rare cases.
 //
 // Speed: the float32 update has a plain-Go specification (lowRank32Go: a rounded multiply, then a rounded
-// add, never fused) and an AVX2 kernel on amd64 that performs the same operations in the same order, four
-// rows by sixteen columns at a time; the float64 update x[j] = fma(u[k], v[k,j], x[j]) has lowRankGo and its
+// add, never fused; flag32Go for the guard) and an AVX2 kernel on amd64 that performs the same operations in
+// the same order, four rows by sixteen columns at a time; the float64 update x[j] = fma(u[k], v[k,j], x[j]) has lowRankGo and its
 // AVX2/FMA kernels. Each pair gives identical bits (tests compare them), as do the bf16 encode/decode pairs.
 // Unchanged tensors are copied byte for byte.
 //

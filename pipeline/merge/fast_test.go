@@ -3,17 +3,54 @@ package merge
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/phonellm/phonellm/internal/half"
 )
 
+// randGuard is a guard for n rows of cols whose thresholds flag roughly a fraction of values of magnitude
+// about scale: ku per row (a few 0 and +Inf), nv per column, and the floor.
+func randGuard(rng *rand.Rand, n, cols int, scale float64) *guard {
+	g := &guard{ku: make([]float32, n), nv: make([]float32, cols), floor: float32(scale / 8),
+		mask: make([]uint16, n*((cols+15)/16))}
+	for i := range g.ku {
+		switch rng.IntN(10) {
+		case 0:
+			g.ku[i] = 0
+		case 1:
+			g.ku[i] = float32(math.Inf(1))
+		default:
+			g.ku[i] = float32(rng.Float64() * scale)
+		}
+	}
+	for j := range g.nv {
+		g.nv[j] = float32(rng.Float64() * 2)
+	}
+	for i := range g.mask {
+		g.mask[i] = uint16(rng.Uint32()) // stale bits must be overwritten
+	}
+	return g
+}
+
+// wantMask is the guard mask flag32Go gives for the rows of x.
+func wantMask(x []float32, n, cols int, g *guard) []uint16 {
+	tiles := g.tiles(cols)
+	m := make([]uint16, n*tiles)
+	for i := range n {
+		flag32Go(x[i*cols:(i+1)*cols], 0, g.ku[i], g.nv, g.floor, m[i*tiles:(i+1)*tiles])
+	}
+	return m
+}
+
 // TestAddLowRank32Rows checks the float32 kernel (four-row vector part, row and column tails) against a plain
-// loop of rounded multiplies and adds, on odd sizes.
+// loop of rounded multiplies and adds, and its guard masks against flag32Go, on odd sizes.
 func TestAddLowRank32Rows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(32, 32))
+	flagged, total := 0, 0
 	for _, n := range []int{1, 3, 4, 5, 8, 9} {
 		for _, cols := range []int{1, 7, 15, 16, 17, 40, 130, 2048} {
 			for _, r := range []int{1, 3, 16, 70} {
@@ -36,15 +73,35 @@ func TestAddLowRank32Rows(t *testing.T) {
 						want[i*cols+j] = a
 					}
 				}
-				addLowRank32Rows(x, u, v, n, cols, r)
+				g := randGuard(rng, n, cols, math.Sqrt(float64(r)))
+				addLowRank32Rows(x, u, v, n, cols, r, g)
 				for i := range x {
 					if math.Float32bits(x[i]) != math.Float32bits(want[i]) {
 						t.Fatalf("n %d cols %d r %d: x[%d] = %v, want %v", n, cols, r, i, x[i], want[i])
 					}
 				}
+				flagged += checkMask(t, fmt.Sprintf("n %d cols %d r %d", n, cols, r), g.mask, wantMask(want, n, cols, g))
+				total += n * cols
 			}
 		}
 	}
+	if flagged == 0 || flagged == total {
+		t.Fatalf("%d of %d values flagged: the guard comparison is not exercised", flagged, total)
+	}
+	t.Logf("%d of %d values flagged", flagged, total)
+}
+
+// checkMask compares guard masks word for word and returns the number of flagged elements.
+func checkMask(t *testing.T, what string, got, want []uint16) int {
+	t.Helper()
+	n := 0
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%s: guard mask word %d = %#04x, want %#04x", what, i, got[i], want[i])
+		}
+		n += bits.OnesCount16(want[i])
+	}
+	return n
 }
 
 // TestEncode16 checks the vector float32→bf16 encoder against the scalar rounding, with ties, NaN, Inf and
@@ -120,9 +177,10 @@ func BenchmarkAddLowRank32Rows(b *testing.B) {
 	x := make([]float32, n*cols)
 	u := make([]float32, n*r)
 	v := make([]float32, r*cols)
+	g := randGuard(rand.New(rand.NewPCG(1, 1)), n, cols, 0)
 	b.SetBytes(n * cols * 2)
 	for b.Loop() {
-		addLowRank32Rows(x, u, v, n, cols, r)
+		addLowRank32Rows(x, u, v, n, cols, r, g)
 	}
 }
 
@@ -133,6 +191,7 @@ func TestFusedBF16Rows(t *testing.T) {
 		t.Skip("no vector kernel here")
 	}
 	rng := rand.New(rand.NewPCG(4, 4))
+	flagged, total := 0, 0
 	for _, n := range []int{4, 5, 8, 11} {
 		for _, cols := range []int{16, 48, 2048} {
 			for _, r := range []int{1, 3, 16, 70} {
@@ -161,13 +220,16 @@ func TestFusedBF16Rows(t *testing.T) {
 					}
 					x := make([]float32, n*cols)
 					decode16("BF16", x, src)
-					addLowRank32Rows(x, u, v, n, cols, r)
+					g := randGuard(rng, n, cols, 0.05)
+					addLowRank32Rows(x, u, v, n, cols, r, g)
+					wantM := wantMask(x, n, cols, g)
 					want := make([]byte, len(src))
 					wj := encode16("BF16", want, x)
 					got := make([]byte, len(src))
-					done := fusedBF16Rows(got, src, u, v, n, cols, r)
+					done := fusedBF16Rows(got, src, u, v, n, cols, r, g)
+					gotM := append([]uint16(nil), g.mask...)
 					inPlace := append([]byte(nil), src...)
-					doneIn := fusedBF16Rows(inPlace, inPlace, u, v, n, cols, r)
+					doneIn := fusedBF16Rows(inPlace, inPlace, u, v, n, cols, r, g)
 					if done != doneIn {
 						t.Fatalf("n %d cols %d r %d: %d rows out of place, %d in place", n, cols, r, done, doneIn)
 					}
@@ -184,9 +246,17 @@ func TestFusedBF16Rows(t *testing.T) {
 					if !bytes.Equal(got[:2*done*cols], want[:2*done*cols]) || !bytes.Equal(inPlace[:2*done*cols], want[:2*done*cols]) {
 						t.Fatalf("n %d cols %d r %d: fused rows differ from the three-pass path", n, cols, r)
 					}
+					tiles := g.tiles(cols)
+					what := fmt.Sprintf("fused n %d cols %d r %d", n, cols, r)
+					flagged += checkMask(t, what, gotM[:done*tiles], wantM[:done*tiles])
+					checkMask(t, what+" in place", g.mask[:done*tiles], wantM[:done*tiles])
+					total += done * cols
 				}
 			}
 		}
+	}
+	if flagged == 0 || flagged == total {
+		t.Fatalf("%d of %d values flagged: the guard comparison is not exercised", flagged, total)
 	}
 }
 
@@ -197,17 +267,18 @@ func BenchmarkRowsBF16(b *testing.B) {
 	u := make([]float32, n*r)
 	v := make([]float32, r*cols)
 	x := make([]float32, n*cols)
+	g := randGuard(rand.New(rand.NewPCG(1, 1)), n, cols, 0)
 	b.Run("fused", func(b *testing.B) {
 		b.SetBytes(2 * n * cols)
 		for b.Loop() {
-			fusedBF16Rows(dst, src, u, v, n, cols, r)
+			fusedBF16Rows(dst, src, u, v, n, cols, r, g)
 		}
 	})
 	b.Run("three-pass", func(b *testing.B) {
 		b.SetBytes(2 * n * cols)
 		for b.Loop() {
 			decode16("BF16", x, src)
-			addLowRank32Rows(x, u, v, n, cols, r)
+			addLowRank32Rows(x, u, v, n, cols, r, g)
 			encode16("BF16", dst, x)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
@@ -114,10 +115,8 @@ type ntensor struct {
 	vals  []float64
 	shape []int64
 	dtype string
-	// For the float32 path's error bound (see fast.go and near): mag[i] = |W[i]| + Σ|s·B·A| over every LoRA
-	// term, rank = Σ r, exact when anything but LoRA (DoRA, a saved tensor, a bias) touched the tensor.
-	mag   []float64
-	rank  int64
+	// exact when anything but LoRA (DoRA, a saved tensor, a bias) touched the tensor: it takes the float64
+	// path and must round exactly (see near).
 	exact bool
 }
 
@@ -141,10 +140,7 @@ func naive(t *testing.T, baseVal func(string) ntensor, tiedEmbed string, ads []n
 			src = tiedEmbed
 		}
 		b := baseVal(src)
-		x := &ntensor{vals: slices.Clone(b.vals), shape: b.shape, dtype: b.dtype, mag: make([]float64, len(b.vals))}
-		for i, v := range b.vals {
-			x.mag[i] = math.Abs(v)
-		}
+		x := &ntensor{vals: slices.Clone(b.vals), shape: b.shape, dtype: b.dtype}
 		cur[name] = x
 		return x
 	}
@@ -228,17 +224,14 @@ func naive(t *testing.T, baseVal func(string) ntensor, tiedEmbed string, ads []n
 				r, in := shapes[k][0], shapes[k][1]
 				out := int64(len(B)) / r
 				s := scale(mod)
-				delta := make([]float64, out*in)    // [out, in]
-				absDelta := make([]float64, out*in) // Σ_k |s·B·A|
+				delta := make([]float64, out*in) // [out, in]
 				for o := range out {
 					for i := range in {
-						var acc, abs float64
+						var acc float64
 						for kk := range r {
 							acc += B[o*r+kk] * A[kk*in+i]
-							abs += math.Abs(B[o*r+kk] * A[kk*in+i])
 						}
 						delta[o*in+i] = s * acc
-						absDelta[o*in+i] = math.Abs(s) * abs
 					}
 				}
 				W := get(mapName(mod) + ".weight")
@@ -252,16 +245,6 @@ func naive(t *testing.T, baseVal func(string) ntensor, tiedEmbed string, ads []n
 				for o := range out {
 					for i := range in {
 						*at(o, i) += delta[o*in+i]
-					}
-				}
-				W.rank += r
-				for o := range out {
-					for i := range in {
-						if fif {
-							W.mag[i*out+o] += absDelta[o*in+i]
-						} else {
-							W.mag[o*in+i] += absDelta[o*in+i]
-						}
 					}
 				}
 				magKey := strings.TrimSuffix(k, "lora_A.weight") + "lora_magnitude_vector"
@@ -294,16 +277,13 @@ func naive(t *testing.T, baseVal func(string) ntensor, tiedEmbed string, ads []n
 				W := get(mapName(mod) + ".weight") // [vocab, dim]
 				for tok := range vocab {
 					for d := range dim {
-						var acc, abs float64
+						var acc float64
 						for kk := range r {
 							acc += B[d*r+kk] * A[kk*vocab+tok]
-							abs += math.Abs(B[d*r+kk] * A[kk*vocab+tok])
 						}
 						W.vals[tok*dim+d] += s * acc
-						W.mag[tok*dim+d] += math.Abs(s) * abs
 					}
 				}
-				W.rank += r
 				if m, ok := vals[strings.TrimSuffix(k, "lora_embedding_A")+"lora_magnitude_vector"]; ok {
 					W.exact = true
 					for d := range dim { // DoRA on embeddings: per embedding dimension, norm over the vocabulary
@@ -334,20 +314,39 @@ func roundTo(dtype string, x float64) float32 {
 	return v
 }
 
-// near reports whether got, which differs from the exactly rounded value of element i, is still right for
-// the float32 path (fast.go): a 16-bit tensor changed by LoRA alone is accumulated in float32 with an error of
-// at most (R+3)·2⁻²⁴·mag[i] before its one rounding, so got must be the rounding of some value within that
-// distance of the exact one. Anything else (float32/float64 path tensors, or a value further off) is an error.
+// near reports whether got, which differs from the exactly rounded value of element i, is its neighbour one
+// ulp away: the float32 path (fast.go) may round a value within its error bound of a rounding boundary the
+// other way, and its guard (guard.go) recomputes every value whose bound could reach further. Anything else
+// (a float64-path tensor, or a value two or more ulps off) is an error.
 func (w *ntensor) near(i int, got float32) bool {
-	if w.exact || w.mag == nil || w.dtype != "BF16" && w.dtype != "F16" {
+	if w.exact || w.dtype != "BF16" && w.dtype != "F16" {
 		return false
 	}
-	tol := float64(w.rank+3) * 0x1p-24 * w.mag[i]
-	lo, hi := roundTo(w.dtype, w.vals[i]-tol), roundTo(w.dtype, w.vals[i]+tol)
-	return lo <= got && got <= hi
+	return ulpsApart(w.dtype, roundTo(w.dtype, w.vals[i]), got) == 1
 }
 
-// maxNear bounds how many values of a tensor of n may legitimately round the other way (see near): such
+// ulpsApart is the number of BF16 or F16 values from a to b (both values of the dtype), across zero too.
+func ulpsApart(dtype string, a, b float32) int {
+	key := func(v float32) int {
+		var h uint16
+		if dtype == "BF16" {
+			h = uint16(math.Float32bits(v) >> 16)
+		} else {
+			h = half.F32ToF16(v)
+		}
+		if h&0x8000 != 0 {
+			return -int(h & 0x7FFF)
+		}
+		return int(h)
+	}
+	d := key(a) - key(b)
+	if d < 0 {
+		d = -d
+	}
+	return d
+}
+
+// maxNear bounds how many values of a tensor of n may legitimately round to the neighbour (see near): such
 // values sit within ~2⁻²⁰ of a rounding boundary, about one in 10⁴; more means a real error.
 func maxNear(n int) int { return 3 + n/1000 }
 

@@ -1,12 +1,39 @@
 #include "textflag.h"
 
-// func lowRank32x4AVX2(x *float32, ldx int, n int, ug *float32, r int, v *float32, ldv int)
+// GUARD writes the guard mask of one row and one block of 16 columns (see flag32Go): bit b of the 16-bit
+// word at 0(R15) is set when lane b of A (columns 0-7) or B (8-15) has a magnitude below max(KU·nv, floor),
+// compared as VCMPPS LT_OQ (a NaN is never flagged). Y8/Y9 = nv of the 16 columns, Y10 = 0x7FFFFFFF,
+// Y11 = floor; Y12-Y14 and R10 are clobbered.
+#define GUARD(A, B, KU) \
+	VBROADCASTSS KU, Y12 \
+	VMULPS Y8, Y12, Y13 \
+	VMAXPS Y11, Y13, Y13 \
+	VANDPS Y10, A, Y14 \
+	VCMPPS $0x11, Y13, Y14, Y14 \
+	VMOVMSKPS Y14, R10 \
+	MOVB R10, 0(R15) \
+	VMULPS Y9, Y12, Y13 \
+	VMAXPS Y11, Y13, Y13 \
+	VANDPS Y10, B, Y14 \
+	VCMPPS $0x11, Y13, Y14, Y14 \
+	VMOVMSKPS Y14, R10 \
+	MOVB R10, 1(R15)
+
+// ABSMASK sets Y10 to 0x7FFFFFFF in every lane (R10 clobbered).
+#define ABSMASK \
+	MOVL $0x7FFFFFFF, R10 \
+	VMOVD R10, X10 \
+	VPBROADCASTD X10, Y10
+
+// func lowRank32x4AVX2(x *float32, ldx int, n int, ug *float32, r int, v *float32, ldv int, ku *float32, nv *float32, floor float32, mask *uint16, ldm int)
 //
 // Four rows of float32 at once: rows x, x+ldx, x+2·ldx, x+3·ldx; ug holds u of the four rows interleaved,
 // ug[k*4+i]. For each block of 16 columns j and each row i: acc = x_i[j:j+16]; for k in 0..r-1:
 // acc = float32(ug[k*4+i]·v[k*ldv+j : +16]) + acc, a rounded VMULPS then a rounded VADDPS, exactly as
 // lowRank32Go. Each v vector is loaded once for the four rows. n is a multiple of 16, r >= 1.
-TEXT ·lowRank32x4AVX2(SB), NOSPLIT, $0-56
+// Then each block's guard mask goes to mask (row i's words ldm bytes after row i-1's), as flag32Go computes
+// it from ku[i], nv[j:j+16] and floor.
+TEXT ·lowRank32x4AVX2(SB), NOSPLIT, $0-96
 	MOVQ x+0(FP), DI
 	MOVQ ldx+8(FP), AX
 	SHLQ $2, AX
@@ -62,6 +89,23 @@ rank:
 	ADDQ R8, R12
 	DECQ R15
 	JNZ rank
+
+	MOVQ nv+64(FP), R10
+	VMOVUPS 0(R10)(R9*1), Y8
+	VMOVUPS 32(R10)(R9*1), Y9
+	ABSMASK
+	VBROADCASTSS floor+72(FP), Y11
+	MOVQ ku+56(FP), R12
+	MOVQ R9, R15
+	SHRQ $5, R15          // 64 float32 bytes per block, one uint16 word
+	ADDQ mask+80(FP), R15
+	GUARD(Y0, Y1, 0(R12))
+	ADDQ ldm+88(FP), R15
+	GUARD(Y2, Y3, 4(R12))
+	ADDQ ldm+88(FP), R15
+	GUARD(Y4, Y5, 8(R12))
+	ADDQ ldm+88(FP), R15
+	GUARD(Y6, Y7, 12(R12))
 
 	VMOVUPS Y0, 0(DI)(R9*1)
 	VMOVUPS Y1, 32(DI)(R9*1)
@@ -168,14 +212,15 @@ edone:
 	VPACKUSDW B, A, A \
 	VPERMQ $0xD8, A, A
 
-// func fused4BF16AVX2(dst *byte, src *byte, ld int, n int, ug *float32, r int, v *float32, ldv int) (bad int)
+// func fused4BF16AVX2(dst *byte, src *byte, ld int, n int, ug *float32, r int, v *float32, ldv int, ku *float32, nv *float32, floor float32, mask *uint16, ldm int) (bad int)
 //
 // decode16, lowRank32Go and encode16 in one pass over four bfloat16 rows of src (ld bytes apart) into the
 // same rows of dst, for the first n columns (a multiple of 16): each value is widened to float32, gets
 // float32(ug[k*4+i]·v[k*ldv+j]) added for k = 0 … r-1 in order (VMULPS then VADDPS, as lowRank32x4AVX2), and
-// is rounded to bfloat16 as encodeF32BF16AVX2 does. bad is 1 when some value is, or rounds to, NaN/Inf (dst
-// then holds garbage there and the caller redoes the rows on the scalar path to report it), else 0.
-TEXT ·fused4BF16AVX2(SB), NOSPLIT, $0-72
+// is rounded to bfloat16 as encodeF32BF16AVX2 does. Before the rounding each block's guard mask is written as
+// lowRank32x4AVX2 writes it. bad is 1 when some value is, or rounds to, NaN/Inf (dst then holds garbage there
+// and the caller redoes the rows on the scalar path), else 0.
+TEXT ·fused4BF16AVX2(SB), NOSPLIT, $0-112
 	MOVQ dst+0(FP), R14
 	MOVQ src+8(FP), DI
 	MOVQ ld+16(FP), R11
@@ -242,6 +287,23 @@ frank:
 	DECQ R15
 	JNZ frank
 
+	MOVQ nv+72(FP), R10
+	VMOVUPS 0(R10)(R9*2), Y8
+	VMOVUPS 32(R10)(R9*2), Y9
+	ABSMASK
+	VBROADCASTSS floor+80(FP), Y11
+	MOVQ ku+64(FP), R12
+	MOVQ R9, R15
+	SHRQ $4, R15          // 32 bfloat16 bytes per block, one uint16 word
+	ADDQ mask+88(FP), R15
+	GUARD(Y0, Y1, 0(R12))
+	ADDQ ldm+96(FP), R15
+	GUARD(Y2, Y3, 4(R12))
+	ADDQ ldm+96(FP), R15
+	GUARD(Y4, Y5, 8(R12))
+	ADDQ ldm+96(FP), R15
+	GUARD(Y6, Y7, 12(R12))
+
 	MOVL $0x7FFF, R10
 	VMOVD R10, X8
 	VPBROADCASTD X8, Y8
@@ -279,6 +341,6 @@ frank:
 	XORQ R10, R10
 	VPTEST Y15, Y15
 	SETNE R10B
-	MOVQ R10, bad+64(FP)
+	MOVQ R10, bad+104(FP)
 	VZEROUPPER
 	RET

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -173,6 +174,13 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		return res, fmt.Errorf("merge: %w", err)
 	}
 	committed := false
+	// A temporary folder is private (0700); the checkpoint it becomes gets mkdir's permissions, like the
+	// folders a user makes, or it is unreadable to the other users and services of the machine.
+	if err := os.Chmod(tmp, 0o755&^umask()); err != nil {
+		os.RemoveAll(tmp)
+		release()
+		return res, fmt.Errorf("merge: %w", err)
+	}
 	defer func() {
 		if !committed {
 			os.RemoveAll(tmp)
@@ -312,6 +320,22 @@ func checkOut(out string) (replace bool, err error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("merge: output folder %s exists and is not an earlier phonellm merge (no %s); choose another folder or remove it", out, ProvenanceName)
+}
+
+// umask is the process's file mode creation mask as /proc/self/status reports it (Linux 4.7 and later); 022
+// where it cannot be read. Asking syscall.Umask would change it for every goroutine of the process.
+func umask() os.FileMode {
+	data, err := os.ReadFile("/proc/self/status")
+	if err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return os.FileMode(m) & 0o777
+				}
+			}
+		}
+	}
+	return 0o022
 }
 
 // install puts the finished temporary folder at out. An earlier output is replaced without a moment in which

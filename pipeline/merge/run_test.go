@@ -86,6 +86,15 @@ func TestRunOutputFolder(t *testing.T) {
 			t.Errorf("left %s", e.Name())
 		}
 	}
+	// The folder gets mkdir's permissions (0755 less the umask, as the probe folder shows), not 0700.
+	probe := filepath.Join(dir, "probe")
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pst, _ := os.Stat(probe)
+	if st, err := os.Stat(out); err != nil || st.Mode().Perm() != pst.Mode().Perm() {
+		t.Errorf("merged folder mode %v, want %v (as mkdir makes it)", st.Mode().Perm(), pst.Mode().Perm())
+	}
 
 	// A second run replaces the earlier merge; a folder that is not a merge is refused.
 	if _, err := Run(context.Background(), Options{Base: base, Adapters: []AdapterRef{{Path: ad, Weight: 0.5}}, Out: out}, nil); err != nil {

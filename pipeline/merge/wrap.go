@@ -49,6 +49,7 @@ type Source struct {
 	plans    map[string]*plan
 	cache    *factorCache
 	f32s     freeList[float32]       // row scratch of the float32 path
+	masks    freeList[uint16]        // guard masks of the float32 path
 	outs     freeList[byte]          // encoded row blocks
 	raw      *safetensors.Checkpoint // the base's files, when the output stage reads them directly
 	maps     *baseMaps               // raw's files mapped, shared with the provenance hash (Run)
@@ -106,7 +107,7 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 		return nil, nil, err
 	}
 	s := &Source{base: base, adapters: adapters, plans: p.plans, cache: newFactorCache(defaultCacheBytes),
-		f32s: newFreeList[float32](8), outs: newFreeList[byte](8), blockBytes: defaultBlockBytes}
+		f32s: newFreeList[float32](8), masks: newFreeList[uint16](8), outs: newFreeList[byte](8), blockBytes: defaultBlockBytes}
 	s.infos = slices.Clone(base.Tensors())
 	if untied && p.tied {
 		s.infos = append(s.infos, p.plans[lmHead].info)
