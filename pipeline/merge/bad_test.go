@@ -35,6 +35,8 @@ func TestBadInput(t *testing.T) {
 	withInf[0].vals[3] = float32(math.Inf(-1))
 	zero := pair(4, 256, 512)
 	clear(zero[1].vals)
+	q0 := `model\.layers\.0\.self_attn\.q_proj` // the one module the hand-made adapters hold (target_modules regex)
+	q35base := genBase(t, filepath.Join(dir, "q35base"), preset(t, "qwen35"))
 	quantBase := genBase(t, filepath.Join(dir, "qbase"), q3)
 	writeJSON(t, filepath.Join(quantBase, "config.json"), map[string]any{"architectures": []string{"Qwen3ForCausalLM"},
 		"quantization_config": map[string]any{"quant_method": "bitsandbytes", "load_in_4bit": true}})
@@ -64,7 +66,7 @@ func TestBadInput(t *testing.T) {
 			ts[0].name = strings.Replace(qa, "layers.0", "layers.7", 1)
 			ts[1].name = strings.Replace(qb, "layers.0", "layers.7", 1)
 			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), ts)
-		}, []string{"model.layers.7.self_attn.q_proj.weight", "[4 256]", "does not have"}, &FormatError{}},
+		}, []string{`module "model.layers.7.self_attn.q_proj" does not exist in the base`, "layer 7", "Qwen3ForCausalLM (qwen3), 2 layers"}, &FormatError{}},
 		{"target-module-absent", base, func(d string) string {
 			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj", "c_attn"}), pair(4, 256, 512))
 		}, []string{"target_modules", `"c_attn"`}, &FormatError{}},
@@ -73,18 +75,27 @@ func TestBadInput(t *testing.T) {
 				{"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight", safetensors.F32, []int64{4, 256}, randVals(rng, 1024, 0.05)},
 				{"base_model.model.transformer.h.0.attn.c_attn.lora_B.weight", safetensors.F32, []int64{768, 4}, randVals(rng, 3072, 0.05)},
 			})
-		}, []string{"transformer.h.0.attn.c_attn", "[4 256]", "another architecture"}, &FormatError{}},
+		}, []string{`"transformer.h.0.attn.c_attn" does not exist in the base`, "another architecture", "Qwen3ForCausalLM"}, &FormatError{}},
+		{"qwen3moe-adapter-into-qwen35", q35base, func(d string) string {
+			return genAdapter(t, d, preset(t, "qwen3moe"), tinymodel.AdapterSpec{Seed: 4, TargetModules: []string{"gate_proj", "down_proj"}})
+		}, []string{"another architecture", `module "model.layers.0.mlp.experts.0.down_proj" does not exist in the base`,
+			`trained on "qwen3moe"`, "per-expert MoE modules", "Qwen3_5ForConditionalGeneration", "4 layers"}, &FormatError{}},
+		{"fewer-layers", q35base, func(d string) string {
+			// A dense Qwen3 adapter on the MLPs: every module exists in Qwen3.5 with the same shape, but it has
+			// two layers where the base has four.
+			return genAdapter(t, d, preset(t, "qwen3"), tinymodel.AdapterSpec{Seed: 5, TargetModules: []string{"gate_proj", "up_proj", "down_proj"}})
+		}, []string{"another architecture", "stop at layer 1", "fewer layers", "model.language_model.layers.2.mlp.down_proj"}, &FormatError{}},
 		{"other-hidden-size", base, func(d string) string {
 			return genAdapter(t, d, hidden, tinymodel.AdapterSpec{Seed: 3})
 		}, []string{"shape mismatch", "k_proj", "[8 128]", "[256 256]"}, &FormatError{}},
 		{"nan", base, func(d string) string {
-			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), withNaN)
+			return writeAdapter(t, d, loraConfig(4, 16, q0), withNaN)
 		}, []string{qb, "NaN", "[512 4]"}, &FormatError{}},
 		{"inf", base, func(d string) string {
-			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), withInf)
+			return writeAdapter(t, d, loraConfig(4, 16, q0), withInf)
 		}, []string{qa, "-Inf", "[4 256]"}, &FormatError{}},
 		{"changes-nothing", base, func(d string) string {
-			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), zero)
+			return writeAdapter(t, d, loraConfig(4, 16, q0), zero)
 		}, []string{"change nothing"}, &FormatError{}},
 		{"empty-adapter", base, func(d string) string {
 			return writeAdapter(t, d, loraConfig(4, 16, []string{"q_proj"}), nil)

@@ -163,23 +163,46 @@ func TestRound(t *testing.T) {
 	}
 }
 
+// TestBaseNotes: the "check that it is the same model" note fires on a real mismatch only (issue 13 item 5:
+// every demo merge printed it): another family or MoE-ness by config.json, or two model names that differ;
+// never for the demo's tiny model in a folder called "base", nor for a name that says nothing.
 func TestBaseNotes(t *testing.T) {
-	base := "/cache/models--Qwen--Qwen3.5-9B/snapshots/abc"
+	hub := "/cache/models--Qwen--Qwen3.5-9B/snapshots/abc"
+	q35 := map[string]any{"model_type": "qwen3_5", "text_config": map[string]any{"model_type": "qwen3_5_text"}}
 	cases := []struct {
+		base  string
+		cfg   map[string]any
 		bm    string
 		notes int
 		want  string
 	}{
-		{"Qwen/Qwen3.5-9B", 0, ""},
-		{"unsloth/Qwen3.5-9B-unsloth-bnb-4bit", 1, "quantized base"},
-		{"/home/me/llama-3-8b", 1, "check that it is the same model"},
-		{"", 0, ""},
+		{hub, q35, "Qwen/Qwen3.5-9B", 0, ""},
+		{hub, map[string]any{}, "Qwen/Qwen3.5-9B", 0, ""},
+		{hub, q35, "unsloth/Qwen3.5-9B-unsloth-bnb-4bit", 1, "quantized base"},
+		{hub, q35, "/home/me/llama-3-8b", 1, "a llama model"},
+		{hub, q35, "", 0, ""},
+		{hub, q35, "Qwen/Qwen3.5-4B", 1, "check that it is the same model"},
+		{hub, q35, "Qwen/Qwen3-8B", 1, "a dense qwen3 model"},
+		{hub, q35, "/home/me/runs/checkpoint-500", 0, ""},
+		{hub, q35, "my-org/fraud-base-v1", 1, "check that it is the same model"},
+		// The demo: the tiny model is named "qwen35" and its folder "base".
+		{"/tmp/demo/base", map[string]any{"model_type": "qwen3_5", "text_config": map[string]any{"model_type": "qwen3_5_text"}}, "qwen35", 0, ""},
+		{"/tmp/demo/base", map[string]any{"model_type": "qwen3"}, "qwen3", 0, ""},
+		{"/tmp/demo/base", q35, "qwen3moe", 1, "a MoE qwen3 model"},
+		{"/tmp/demo/base", q35, "qwen35moe", 1, "a MoE qwen3.5 model"},
+		{"/tmp/demo/base", q35, "Qwen/Qwen3.5-35B-A3B", 1, "a dense qwen3.5 model"},
+		{"/tmp/demo/base", map[string]any{"model_type": "qwen3_moe"}, "Qwen/Qwen3-30B-A3B", 0, ""},
+		{"/tmp/demo/base", map[string]any{"model_type": "qwen2"}, "Qwen/Qwen2.5-7B-Instruct", 0, ""},
+		{"/models/Qwen3.5-4B-Base", q35, "Qwen/Qwen3.5-4B", 0, ""},
+		{"/models/qwen3.5-9b", q35, "Qwen/Qwen3.5-4B", 1, "check that it is the same model"},
+		{"/tmp/x", map[string]any{"_name_or_path": "Qwen/Qwen3.5-9B", "model_type": "qwen3_5"}, "Qwen/Qwen3.5-9B", 0, ""},
+		{"/tmp/tiny/qwen35", q35, "qwen35moe", 1, "a MoE qwen3.5 model"}, // the names contain each other, the families differ
 	}
 	for _, c := range cases {
 		ad := Adapter{Dir: "a", Config: &Config{BaseModel: c.bm}}
-		n := baseNotes(base, map[string]any{}, []Adapter{ad})
+		n := baseNotes(c.base, c.cfg, []Adapter{ad})
 		if len(n) != c.notes || (c.want != "" && !strings.Contains(n[0], c.want)) {
-			t.Errorf("%q: notes %q", c.bm, n)
+			t.Errorf("base %s %v, adapter trained on %q: notes %q", c.base, c.cfg["model_type"], c.bm, n)
 		}
 	}
 }

@@ -47,6 +47,10 @@
 //
 // [Wrap] exposes the merged model as a [pipeline.TensorSource] so convert/quantize can merge on the fly;
 // [Run] writes a merged checkpoint directory atomically. Every adapter tensor must land on a base tensor with
-// matching shapes, and an adapter that changes nothing is an error: nothing is ever skipped silently.
+// matching shapes, and an adapter that changes nothing is an error: nothing is ever skipped silently. An
+// adapter for another architecture — a module the base does not have, or modules that stop at a layer while
+// its target_modules select the same modules in later layers of the base — is refused with the first such
+// module and both architectures (arch.go). The adapter's base_model_name_or_path is compared with the base's
+// names and config.json family (identity.go): a note only for a real mismatch.
 // A tied-embedding base (no lm_head.weight) whose head or embedding the adapter changes is untied.
 package merge

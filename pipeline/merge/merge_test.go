@@ -75,7 +75,7 @@ func mergeCases(t *testing.T) []mergeCase {
 		}, wantNames: []string{"lm_head.weight"}},
 		{name: "tied-embedding-dora", base: bf16(preset(t, "qwen2-tied")), untied: true, adapters: func(t *testing.T, dir string, base tinymodel.Spec) []naiveAdapter {
 			rng := rand.New(rand.NewPCG(10, 10))
-			cfg := loraConfig(4, 4, []string{"embed_tokens", "q_proj"})
+			cfg := loraConfig(4, 4, `model\.embed_tokens|model\.layers\.0\.self_attn\.q_proj`)
 			cfg["use_dora"] = true
 			mag := make([]float32, 256)
 			for i := range mag {

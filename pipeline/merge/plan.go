@@ -59,6 +59,7 @@ type planner struct {
 	notes     []string
 	zero      map[string]bool // adapter tensor (adapter index + key) found all-zero by the scan
 	nonFinite error
+	baseDesc  string // the base's architecture, for messages (describeBase)
 }
 
 const lmHead = "lm_head.weight"
@@ -169,6 +170,18 @@ func (p *planner) addAdapter(ai int) error {
 			return formatErr(dir, "adapter_config.json lists %q in modules_to_save but %s holds no saved %s tensor (incomplete adapter?)", m, AdapterWeightsName, m)
 		}
 	}
+	names := make([]string, 0, len(mods))
+	for k := range mods {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	fullNames := make([]string, len(fulls))
+	for i, t := range fulls {
+		fullNames[i], _, _ = classify(strings.TrimPrefix(t.Name, peftPrefix))
+	}
+	if err := p.checkModules(ai, names, fullNames); err != nil {
+		return err
+	}
 	added := 0
 	// Saved whole tensors first: PEFT loads them into the model before any LoRA delta is merged on top.
 	for _, t := range fulls {
@@ -177,11 +190,6 @@ func (p *planner) addAdapter(ai int) error {
 		}
 		added++
 	}
-	names := make([]string, 0, len(mods))
-	for k := range mods {
-		names = append(names, k)
-	}
-	slices.Sort(names)
 	for _, module := range names {
 		m := mods[module]
 		var err error
@@ -205,10 +213,10 @@ func (p *planner) addAdapter(ai int) error {
 	// another architecture (or the list is wrong); PEFT itself only notices when nothing matches at all.
 	for _, t := range cfg.TargetModules {
 		if !p.baseHasModule(t) {
-			return formatErr(dir, "adapter_config.json target_modules lists %q, but the base has no module of that name (adapter for another architecture?)", t)
+			return p.archError(ai, names, "adapter_config.json target_modules lists %q, but the base has no module of that name", t)
 		}
 	}
-	return nil
+	return p.checkCoverage(ai, names)
 }
 
 func (p *planner) baseHasModule(target string) bool {

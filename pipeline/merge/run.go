@@ -238,39 +238,6 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	return res, nil
 }
 
-// baseNotes compares each adapter's base_model_name_or_path with the base being merged into: a different name,
-// or a training base that was quantized (QLoRA), is worth telling people about, though not an error (training
-// configs often hold a local path, and merging a QLoRA adapter into the 16-bit base is the right thing).
-func baseNotes(base string, cfg map[string]any, ads []Adapter) []string {
-	var notes []string
-	abs := strings.ToLower(filepath.ToSlash(abs(base)))
-	nameOrPath, _ := cfg["_name_or_path"].(string)
-	for _, a := range ads {
-		bm := a.Config.BaseModel
-		if bm == "" {
-			continue
-		}
-		short := strings.ToLower(filepath.Base(filepath.ToSlash(bm)))
-		for changed := true; changed; {
-			changed = false
-			for _, q := range []string{"-bnb-4bit", "-bnb-8bit", "-4bit", "-8bit", "-awq", "-gptq", "-unsloth"} {
-				if t := strings.TrimSuffix(short, q); t != short {
-					short, changed = t, true
-				}
-			}
-		}
-		lowerBM := strings.ToLower(bm)
-		if strings.Contains(lowerBM, "bnb") || strings.Contains(lowerBM, "4bit") || strings.Contains(lowerBM, "gptq") || strings.Contains(lowerBM, "awq") {
-			notes = append(notes, fmt.Sprintf("%s was trained on a quantized base (%s); it is merged into the 16-bit weights of %s, as it should be, so the merged model can differ slightly from the QLoRA training-time model", a.Dir, bm, base))
-		}
-		if short != "" && !strings.Contains(abs, short) && !strings.Contains(strings.ReplaceAll(abs, "--", "/"), short) &&
-			!strings.Contains(strings.ToLower(nameOrPath), short) {
-			notes = append(notes, fmt.Sprintf("%s was trained on %q, and the base here is %s: check that it is the same model", a.Dir, bm, base))
-		}
-	}
-	return notes
-}
-
 // checkBasePath refuses a GGUF (already converted, usually quantized) in place of an HF folder.
 func checkBasePath(base string) error {
 	fi, err := os.Stat(base)

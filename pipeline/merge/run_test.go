@@ -161,7 +161,7 @@ func TestEnsureWeightTying(t *testing.T) {
 	spec := preset(t, "qwen3")
 	base := genBase(t, filepath.Join(dir, "base"), spec)
 	rng := rand.New(rand.NewPCG(3, 3))
-	cfg := loraConfig(4, 8, []string{"q_proj"})
+	cfg := loraConfig(4, 8, `model\.layers\.0\.self_attn\.q_proj`)
 	cfg["modules_to_save"] = []string{"embed_tokens"}
 	cfg["ensure_weight_tying"] = true
 	ts := []tensor{

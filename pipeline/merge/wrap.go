@@ -75,6 +75,7 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 	for _, t := range base.Tensors() {
 		p.base[t.Name] = t
 	}
+	p.baseDesc = describeBase(baseConfig, p.base)
 	p.embed = findEmbedding(p.base)
 	p.tieFlag = tieFlag(baseConfig)
 	if _, hasHead := p.base[lmHead]; !hasHead && p.embed != "" && p.tieFlag {
