@@ -41,9 +41,9 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 			}
 			if o.Dist.Reference != "" {
 				if o.Dist.Candidate == "" {
-					p, err := resolveGGUF(a, "")
+					p, err := pickCandidate(a, o.Dist.Reference)
 					if err != nil {
-						return usageError("--candidate: %v", err)
+						return err
 					}
 					o.Dist.Candidate = p
 				}
@@ -62,6 +62,10 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 			}
 			res, err := eval.Run(a.ctx, o, a.reporter())
 			if err != nil {
+				var ce *eval.CandidateError
+				if errors.As(err, &ce) {
+					return withCode(exitBadInput, err, "the gate compares a quantized candidate with its float reference: --candidate MODEL-Q4_K_M.gguf")
+				}
 				return err
 			}
 			if ws, _ := a.findWorkspace(); ws != nil {
@@ -84,8 +88,8 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Dist.Reference, "reference", "", "reference GGUF (F16/BF16/F32)")
-	f.StringVar(&o.Dist.Candidate, "candidate", "", "candidate GGUF (default: the workspace's newest quantized model)")
-	f.StringVar(&o.Dist.Prompts, "prompts", "", "prompt set: text (blank-line separated) or JSONL with messages")
+	f.StringVar(&o.Dist.Candidate, "candidate", "", "candidate GGUF (default: the workspace's newest quantized model that is not the reference)")
+	f.StringVar(&o.Dist.Prompts, "prompts", "", "prompt set: text, one prompt per blank-line-separated paragraph, or .jsonl with text or messages")
 	f.IntVar(&ctxLen, "ctx", 8192, "evaluation window in tokens (a 7k-token prompt needs 8192)")
 	f.IntVar(&threads, "threads", 0, "engine threads (default: all cores)")
 	f.StringVar(&o.Task.Dataset, "dataset", "", "labelled JSONL: {\"messages\":[…], \"label\":\"5\"}")
@@ -103,9 +107,47 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 	return cmd
 }
 
+// pickCandidate is the candidate when --candidate is not given: the workspace's newest GGUF that is quantized
+// and is not the reference (eval.PickCandidate), never a float model or the reference itself.
+func pickCandidate(a *app, reference string) (string, error) {
+	ws, err := a.findWorkspace()
+	if err != nil {
+		return "", err
+	}
+	if ws == nil {
+		return "", usageError("no --candidate and no workspace here: give the quantized model to check (--candidate MODEL-Q4_K_M.gguf)")
+	}
+	var models []string // newest first
+	for i := len(ws.State.Records) - 1; i >= 0; i-- {
+		for _, art := range ws.State.Records[i].Artifacts {
+			if art.Kind == "gguf" {
+				models = append(models, ws.Path(art.Path))
+			}
+		}
+	}
+	pick, skipped, err := eval.PickCandidate(reference, models)
+	if err != nil {
+		var ce *eval.CandidateError
+		if errors.As(err, &ce) {
+			return "", withCode(exitUsage, err, "quantize first ('phonellm quantize q4_k_m') or give --candidate MODEL.gguf")
+		}
+		return "", err
+	}
+	if a.io.Verbose {
+		for _, s := range skipped {
+			a.io.Printf("candidate: skipped %s\n", s)
+		}
+	}
+	a.io.Printf("candidate: %s (the workspace's newest quantized model)\n", pick)
+	return pick, nil
+}
+
 func printEval(w io.Writer, r eval.Result) {
 	if d := r.Distribution; d != nil {
 		fmt.Fprintf(w, "distribution: %s vs %s (%d positions, %d prompts)\n", d.Candidate, d.Reference, d.Positions, d.Prompts)
+		if d.NonFinite > 0 {
+			fmt.Fprintf(w, "  candidate logits NaN/Inf at %d positions (first: %s)\n", d.NonFinite, d.FirstNonFinite)
+		}
 		fmt.Fprintf(w, "  KLD mean %.6f  median %.6f  p99 %.6f  max %.6f\n", d.MeanKLD, d.MedianKLD, d.P99KLD, d.MaxKLD)
 		fmt.Fprintf(w, "  top-1 agreement %.2f %%, RMS Δp %.4f, perplexity %.3f → %.3f\n", 100*d.Top1, d.RMSDeltaTop, d.PPLReference, d.PPLCandidate)
 	}

@@ -74,13 +74,29 @@ type DistResult struct {
 	RMSDeltaTop  float64 `json:"rms_delta_p"`
 	PPLReference float64 `json:"ppl_reference"`
 	PPLCandidate float64 `json:"ppl_candidate"`
-	Seconds      float64 `json:"seconds"`
+	// NonFinite counts the positions where the candidate's logits hold a NaN or an infinity (a broken
+	// model): they are left out of every figure above, and any of them fails the gate. FirstNonFinite says
+	// where the first one is.
+	NonFinite      int     `json:"non_finite_positions,omitempty"`
+	FirstNonFinite string  `json:"first_non_finite,omitempty"`
+	Seconds        float64 `json:"seconds"`
 }
 
-// Distributions loads o.Reference and o.Candidate, reads o.Prompts and compares the two models on them.
+// Distributions loads o.Reference and o.Candidate, reads o.Prompts and compares the two models on them. A
+// candidate that is the reference (CheckCandidate) is refused; one that is not quantized is compared with a
+// warning.
 func Distributions(ctx context.Context, o DistOptions, rep pipeline.Reporter) (DistResult, error) {
+	if rep == nil {
+		rep = pipeline.Discard
+	}
 	if err := o.Validate(); err != nil {
 		return DistResult{}, err
+	}
+	if err := CheckCandidate(o.Reference, o.Candidate); err != nil {
+		return DistResult{}, err
+	}
+	if ft, q, err := ModelType(o.Candidate); err == nil && !q {
+		rep.Note(pipeline.Warn, fmt.Sprintf("the candidate %s is %s, not quantized: the gate then measures two float models", o.Candidate, typeName(ft)))
 	}
 	prompts, err := ReadPrompts(o.Prompts)
 	if err != nil {
@@ -162,7 +178,7 @@ func CompareDistributions(ctx context.Context, ref, cand LogitModel, prompts []P
 	for i, toks := range seqs {
 		for start := 0; start < len(toks) && err == nil; start += window {
 			w := toks[start:min(start+window, len(toks))]
-			if err = lockstep(ctx, ref, cand, w, free, &acc, rep); err != nil {
+			if err = lockstep(ctx, ref, cand, w, i+1, start, free, &acc, rep); err != nil {
 				err = fmt.Errorf("eval: prompt %d, tokens %d-%d: %w", i+1, start, start+len(w), err)
 			}
 			res.Windows++
@@ -204,8 +220,10 @@ type row struct {
 }
 
 // lockstep evaluates toks on both models at once: the reference's rows wait in a queue bounded by the free
-// buffers until the candidate's callback for the same position compares them.
-func lockstep(ctx context.Context, ref, cand LogitModel, toks []int32, free chan []float32, acc *accumulator, rep pipeline.Reporter) error {
+// buffers until the candidate's callback for the same position compares them. A candidate row that is not
+// finite is counted (DistResult.NonFinite), not an error.
+// prompt and start (1-based prompt number, offset of toks in it) only locate positions in messages.
+func lockstep(ctx context.Context, ref, cand LogitModel, toks []int32, prompt, start int, free chan []float32, acc *accumulator, rep pipeline.Reporter) error {
 	if sameModel(ref, cand) {
 		// One model cannot run twice at once (the Go engine takes itself for a Logits call): compare each row
 		// with itself.
@@ -265,10 +283,14 @@ func lockstep(ctx context.Context, ref, cand LogitModel, toks []int32, free chan
 				next = toks[pos+1]
 			}
 			s, err := compareRow(r.logits, lc, next, &acc.scratch)
-			if err != nil {
+			switch {
+			case errors.Is(err, errCandidateNotFinite):
+				acc.nonFinite(prompt, start+pos, err)
+			case err != nil:
 				return fmt.Errorf("position %d: %w", pos, err)
+			default:
+				acc.add(s)
 			}
-			acc.add(s)
 			rep.Add(1)
 			n++
 			return nil

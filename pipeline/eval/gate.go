@@ -33,6 +33,11 @@ func (t Thresholds) Validate() error {
 // check returns the reasons r fails t.
 func (t Thresholds) check(r Result) []string {
 	var why []string
+	if d := r.Distribution; d != nil && d.NonFinite > 0 {
+		// A broken model fails whatever the thresholds (none set included).
+		why = append(why, fmt.Sprintf("the candidate's logits are NaN or infinite at %d of %d positions (first: %s)",
+			d.NonFinite, d.NonFinite+d.Positions, d.FirstNonFinite))
+	}
 	if d := r.Distribution; d != nil {
 		if t.MaxKLD > 0 && d.MeanKLD > t.MaxKLD {
 			why = append(why, fmt.Sprintf("mean KLD %.6f above the %.6f allowed", d.MeanKLD, t.MaxKLD))

@@ -1,10 +1,14 @@
 package eval
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 )
+
+// errCandidateNotFinite marks a candidate row holding NaN or an infinity: a gate failure, not an error.
+var errCandidateNotFinite = errors.New("non-finite logits")
 
 // maxLogit returns the largest value of v, rejecting NaN and infinities.
 func maxLogit(v []float32) (float64, error) {
@@ -61,7 +65,7 @@ func compareRow(ref, cand []float32, next int32, scratch *[]float64) (tokenStats
 	}
 	mc, err := maxLogit(cand)
 	if err != nil {
-		return tokenStats{}, fmt.Errorf("candidate: %w", err)
+		return tokenStats{}, fmt.Errorf("candidate: %w: %w", errCandidateNotFinite, err)
 	}
 	var sr, sc float64
 	for i, x := range ref {
@@ -98,6 +102,8 @@ func compareRow(ref, cand []float32, next int32, scratch *[]float64) (tokenStats
 // quantiles; 7k tokens are 56 KB).
 type accumulator struct {
 	scratch            []float64
+	nonFiniteN         int
+	firstNonFinite     string
 	klds               []float64
 	sumKLD             float64
 	maxKLD             float64
@@ -123,11 +129,20 @@ func (a *accumulator) add(s tokenStats) {
 	a.sumDP2 += float64(d * d)
 }
 
+// nonFinite counts a position whose candidate logits are not finite (position pos of prompt p).
+func (a *accumulator) nonFinite(p, pos int, err error) {
+	if a.nonFiniteN == 0 {
+		a.firstNonFinite = fmt.Sprintf("prompt %d, position %d: %v", p, pos, err)
+	}
+	a.nonFiniteN++
+}
+
 // fill writes the summary into r.
 func (a *accumulator) fill(r *DistResult) {
 	n := len(a.klds)
 	r.Positions = n
 	r.PredictedTokens = a.nll
+	r.NonFinite, r.FirstNonFinite = a.nonFiniteN, a.firstNonFinite
 	if n == 0 {
 		return
 	}

@@ -46,8 +46,9 @@ func (e *FormatError) Error() string {
 func (e *FormatError) InputError() bool { return true }
 
 // ReadPrompts reads a prompt set. A ".jsonl" file holds one JSON object per line with "text" (or "prompt")
-// or "messages" (labelled task records work too; other fields are ignored); any other file is one plain-text
-// document.
+// or "messages" (labelled task records work too; other fields are ignored); any other file is plain text with
+// one prompt per paragraph: prompts are separated by blank lines (lines of white space only), the lines of a
+// paragraph stay together with their newlines, and white space around a paragraph is dropped.
 func ReadPrompts(path string) ([]Prompt, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -62,10 +63,14 @@ func ReadPrompts(path string) ([]Prompt, error) {
 		if len(b) > maxTextFile {
 			return nil, &FormatError{File: path, Msg: fmt.Sprintf("text prompt file larger than %d bytes", maxTextFile)}
 		}
-		if len(bytes.TrimSpace(b)) == 0 {
+		out := paragraphs(string(b))
+		if len(out) == 0 {
 			return nil, &FormatError{File: path, Msg: "empty prompt file"}
 		}
-		return []Prompt{{Text: string(b)}}, nil
+		if len(out) > maxRecords {
+			return nil, &FormatError{File: path, Msg: fmt.Sprintf("more than %d prompts", maxRecords)}
+		}
+		return out, nil
 	}
 	var out []Prompt
 	err = eachJSONL(f, path, func(line int, raw []byte) error {
@@ -103,6 +108,27 @@ func ReadPrompts(path string) ([]Prompt, error) {
 		return nil, &FormatError{File: path, Msg: "no prompts"}
 	}
 	return out, nil
+}
+
+// paragraphs splits text at blank lines (lines holding only white space) into trimmed, non-empty prompts.
+func paragraphs(text string) []Prompt {
+	var out []Prompt
+	var cur []string
+	flush := func() {
+		if p := strings.TrimSpace(strings.Join(cur, "\n")); p != "" {
+			out = append(out, Prompt{Text: p})
+		}
+		cur = cur[:0]
+	}
+	for _, line := range strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(line) == "" {
+			flush()
+			continue
+		}
+		cur = append(cur, line)
+	}
+	flush()
+	return out
 }
 
 func checkMessages(ms []engine.Message) error {

@@ -31,6 +31,11 @@ func TestReadPrompts(t *testing.T) {
 		t.Errorf("%v %+v", err, ps)
 	}
 	dir := t.TempDir()
+	// Plain text: one prompt per paragraph, as --prompts' help says (issue 13 item 3: the file was one prompt).
+	ps, err = ReadPrompts(writeFile(t, dir, "para.txt", "\n  First prompt,\nline two.\n\nSecond prompt.\r\n \t\r\nThird\n\n\n"))
+	if err != nil || len(ps) != 3 || ps[0].Text != "First prompt,\nline two." || ps[1].Text != "Second prompt." || ps[2].Text != "Third" {
+		t.Errorf("paragraphs: %v %q", err, ps)
+	}
 	for name, body := range map[string]string{
 		"a.txt":    " \n",
 		"b.jsonl":  `{"text":""}`,
