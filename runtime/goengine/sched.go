@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/ollama/ollama/model/input"
 
 	"github.com/phonellm/phonellm/runtime/engine"
+	"github.com/phonellm/phonellm/runtime/goengine/internal/cmem"
 )
 
 // ggmlMu serializes all work on ggml (loading, cache operations, forward
@@ -184,6 +186,11 @@ func (e *Engine) stop(s *sequence) {
 // (prompt chunks and single decode tokens, at most e.batch tokens), runs
 // the forward pass and samples.
 func (e *Engine) loop() {
+	// Every pass's C allocations then come from one thread, so glibc serves them from one malloc arena: a
+	// goroutine that moves between threads spreads them over up to 8 × cores arenas, each keeping buffers
+	// (see package cmem).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	defer close(e.loopDone)
 	for {
 		e.mu.Lock()
@@ -511,7 +518,14 @@ func (e *Engine) forward(toks, pos []int32, seqs []int, outputs []int32) (logits
 		}
 	}()
 	ctx := e.m.Backend().NewContext()
-	defer ctx.Close()
+	defer func() {
+		ctx.Close()
+		// A prompt pass's mask (tokens × cells float32) and other inputs are freed now; give them back to the
+		// system instead of leaving them in malloc's arenas (package cmem). Decode passes are too small to matter.
+		if int64(len(toks))*int64(e.numCtx)*int64(max(1, len(e.slots)))*4 >= 1<<20 {
+			cmem.Trim()
+		}
+	}()
 	b := input.Batch{
 		Inputs:    ctx.Input().FromInts(toks, len(toks)),
 		Outputs:   ctx.Input().FromInts(outputs, len(outputs)),
