@@ -40,6 +40,9 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 				}
 				o.Model = p
 			}
+			if o.Engine == "llamacpp" { // the spelling --engine's help and bench use
+				o.Engine = fit.LlamaCpp
+			}
 			if fileType != "" {
 				ft, err := gguf.ParseFileType(fileType)
 				if err != nil {
@@ -80,6 +83,7 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 	f.StringVar(&o.Config, "config", "", "size a model from its config.json instead of a GGUF (no weights needed)")
 	f.StringVar(&fileType, "type", "", "with --config: quantization type to size it at (default q4_k_m)")
 	f.StringVar((*string)(&o.Engine), "engine", "", "runtime to account for: llamacpp (phones, default) or goengine (phonellm serve)")
+	f.StringVar(&o.FlashAttention, "flash-attn", "auto", "flash attention as the runtime will run: on, off, or auto (the runtime's default: on for llama.cpp, off for phonellm serve)")
 	return cmd
 }
 
@@ -107,11 +111,20 @@ func printFit(w io.Writer, r fit.Result) {
 	fmt.Fprintf(w, "%s on a %s phone: %s\n", r.Model, v.Profile, status)
 	fmt.Fprintf(w, "  needs %s of %s usable (headroom %s)\n", ui.HumanBytes(v.Needed), ui.HumanBytes(v.Usable), signedBytes(v.Headroom))
 	b := r.Breakdown
-	fmt.Fprintf(w, "  weights %s, KV cache %s, recurrent state %s, compute %s, overhead %s\n",
-		ui.HumanBytes(b.Weights), ui.HumanBytes(b.KVCache), ui.HumanBytes(b.Recurrent), ui.HumanBytes(b.Compute), ui.HumanBytes(b.Overhead))
+	fmt.Fprintf(w, "  weights %s, KV cache %s, recurrent state %s, compute %s", ui.HumanBytes(b.Weights), ui.HumanBytes(b.KVCache),
+		ui.HumanBytes(b.Recurrent+b.Checkpoints), ui.HumanBytes(b.Compute))
+	if b.Inputs+b.Repack > 0 {
+		fmt.Fprintf(w, ", engine buffers %s", ui.HumanBytes(b.Inputs+b.Repack))
+	}
+	fmt.Fprintf(w, ", overhead %s\n", ui.HumanBytes(b.Overhead+b.Output))
 	fmt.Fprintf(w, "  largest context that fits: %d tokens; most slots at this context: %d\n", r.MaxCtx, r.MaxParallel)
-	if v.Threads > 0 {
-		fmt.Fprintf(w, "  threads %d, decode at most ~%.0f tokens/s (memory bandwidth bound)\n", v.Threads, v.MaxTokensPerSec)
+	switch {
+	case v.Threads > 0 && v.MaxTokensPerSec > 0:
+		fmt.Fprintf(w, "  threads %d, decode at most ~%.0f tokens/s (%s of weights read per token at the profile's %.0f GB/s)\n",
+			v.Threads, v.MaxTokensPerSec, ui.HumanBytes(v.BytesPerToken), v.BandwidthGBps)
+	case v.Threads > 0:
+		fmt.Fprintf(w, "  threads %d (decode speed: %s of weights per token is too little for memory bandwidth to bound it; measure with 'phonellm bench')\n",
+			v.Threads, ui.HumanBytes(v.BytesPerToken))
 	}
 	if s := r.Suggestion; s != nil && s.Message != "" {
 		fmt.Fprintf(w, "  suggestion: %s\n", s.Message)

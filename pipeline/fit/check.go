@@ -15,16 +15,21 @@ func tightMargin(usable int64) int64 { return max(256<<20, usable/20) }
 
 // Verdict is the answer for one phone profile.
 type Verdict struct {
-	Profile          string  `json:"profile"`
-	Status           Status  `json:"status"`
-	Fits             bool    `json:"fits"`
-	Usable           int64   `json:"usable_bytes"`
-	Needed           int64   `json:"needed_bytes"`
-	Headroom         int64   `json:"headroom_bytes"` // usable − needed; negative when it does not fit
-	MinRamTotalBytes int64   `json:"min_ram_total_bytes"`
-	Threads          int     `json:"threads"`                 // big cores: the thread count to run with
-	MaxTokensPerSec  float64 `json:"max_decode_tokens_per_s"` // bandwidth / bytes read per token: an upper bound
-	Tight            bool    `json:"tight,omitempty"`
+	Profile          string `json:"profile"`
+	Status           Status `json:"status"`
+	Fits             bool   `json:"fits"`
+	Usable           int64  `json:"usable_bytes"`
+	Needed           int64  `json:"needed_bytes"`
+	Headroom         int64  `json:"headroom_bytes"` // usable − needed; negative when it does not fit
+	MinRamTotalBytes int64  `json:"min_ram_total_bytes"`
+	Threads          int    `json:"threads"` // big cores: the thread count to run with
+	// MaxTokensPerSec is the profile's memory bandwidth over the weights read per decoded token: an upper
+	// bound on decoding speed, given only when that many bytes bound it (ActiveWeights ≥ MinBandwidthBound), 0
+	// otherwise. BytesPerToken and BandwidthGBps say what it is based on.
+	MaxTokensPerSec float64 `json:"max_decode_tokens_per_s,omitempty"`
+	BytesPerToken   int64   `json:"bytes_per_token"`
+	BandwidthGBps   float64 `json:"bandwidth_gbps"`
+	Tight           bool    `json:"tight,omitempty"`
 }
 
 // Check compares an estimate with a phone profile.
@@ -39,11 +44,18 @@ func Check(b Breakdown, p Profile) Verdict {
 	default:
 		v.Status, v.Fits = Fits, true
 	}
-	if b.ActiveWeights > 0 && p.BandwidthGBps > 0 {
+	v.BytesPerToken, v.BandwidthGBps = b.ActiveWeights, p.BandwidthGBps
+	if b.ActiveWeights >= MinBandwidthBound && p.BandwidthGBps > 0 {
 		v.MaxTokensPerSec = p.BandwidthGBps * 1e9 / float64(b.ActiveWeights)
 	}
 	return v
 }
+
+// MinBandwidthBound is the smallest weight read per token for which memory bandwidth bounds decoding. Below it
+// the weights stay in the SoC's caches and the per-token work besides the weights (graph building, thread
+// synchronisation, sampling) dominates, so bandwidth / bytes would promise absurd speeds (issue 13: "decode at
+// most ~26915 tokens/s" for the 2 MB demo model).
+const MinBandwidthBound = 64 << 20
 
 // MaxContext returns the largest per-slot context (a multiple of 256, at most the training context when known)
 // at which the model fits p with o's other settings, or 0 when not even 256 tokens fit.

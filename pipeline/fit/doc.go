@@ -20,8 +20,8 @@
 //     to --ctx-checkpoints per slot (default 8 in common/common.h of the builds read, 32 in newer ones; each is
 //     one recurrent state). The phone runtime plan passes --ctx-checkpoints 2 (one at the shared system-prompt
 //     prefix, one at the end of the last prompt), which is the llama.cpp default here.
-//   - Compute: the widest graph phase of the largest batch (see compute.go), checked against llama.cpp's
-//     measured compute buffers.
+//   - Compute: the widest graph phase of the largest batch and the CPU work buffer (see compute.go), checked
+//     against llama.cpp's measured compute buffers and the goengine's peak RSS.
 //   - Output: one F32 logits row per slot.
 //   - Overhead: the process besides the model; see the constants below.
 //
@@ -41,12 +41,18 @@
 // assumes the phone runtime plan passes --cache-ram 0 (llama-server's prompt cache defaults to 8 GiB of host
 // RAM, on its own more than any phone budget) and --ctx-checkpoints 2.
 //
-// GoEngine is phonellm serve (runtime/goengine, Ollama's engine): flash attention off by default; 24 recurrent
-// checkpoints per slot, all allocated and zeroed at load; tied embeddings loaded twice (ollama ml/backend/ggml
-// creates output.weight as a copy of token_embd — found by the RSS test, whose 0.6B model held exactly one extra
-// token_embd in its anonymous mapping); 22 MiB of process overhead (measured: 11.5 MiB before loading, plus the
-// Go heap, ggml contexts and malloc arenas of a served tiny model) plus six times the metadata (decoded into Go
-// slices and maps by ollama's GGUF reader and its tokenizer). pipeline/fit/rsscheck holds the RSS test.
+// GoEngine is phonellm serve (runtime/goengine, Ollama's engine): flash attention off (serve's default: the
+// engine's flash-attention kernel is slower than its plain attention on the CPU, see GoEngineFlashAttention);
+// 24 recurrent checkpoints per slot, all allocated and zeroed at load; tied embeddings loaded twice (ollama
+// ml/backend/ggml creates output.weight as a copy of token_embd); per-pass attention masks (ubatch × KV cells
+// float32) built in Go and copied into a ggml input buffer, about 3.4 of them resident at a pass's peak
+// (Breakdown.Inputs); the scratch copy of the largest matrix the engine repacks at load, which the Go heap keeps
+// (Breakdown.Repack); 15 MiB of process overhead (the Go runtime, ggml and the engine without a model) plus twice
+// the GGUF metadata (decoded into Go slices and maps by ollama's GGUF reader and its tokenizer; measured with
+// Qwen3's 151,643 tokens and 151,387 merges). Without flash attention the CPU work buffer holds an F16 copy of the
+// scores (ubatch × KV cells × heads × 2 bytes) beside the F32 scores in the graph, in both engines.
+// pipeline/fit/rsscheck serves generated models with the goengine and holds the estimate to ±10 % of the
+// measured peak RSS at contexts 1024, 4096 and 8192, flash attention on and off.
 //
 // # Provenance of the phone profiles (profiles.json)
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"regexp"
 	"slices"
 
 	"github.com/phonellm/phonellm/pipeline/gguf"
@@ -90,15 +91,26 @@ func kvType(s string) (gguf.Type, error) {
 	return 0, fmt.Errorf("fit: kv cache type %q: want f16, q8_0, q4_0 or f32", s)
 }
 
+// GoEngineFlashAttention is whether phonellm serve (the goengine) runs flash attention by default, and so
+// whether fit counts its buffers for "auto": no. Ollama v0.24.0's CPU flash-attention kernel is slower than
+// its plain attention (a 2,000-token prompt on one thread: 449–456 tok/s plain, 222–239 with flash attention;
+// issue 13), the opposite of llama.cpp's (413 → 645 tok/s on the same file), so neither serve nor its autotune
+// turns it on; --flash-attn does, and fit --flash-attn on counts it.
+const GoEngineFlashAttention = false
+
 // Engine defaults (doc.go explains each).
 const (
 	cachePadding         = 256       // KV cells are padded to 256 (ollama CacheConfig; llama.cpp n_ctx pad)
 	llamaCppOverhead     = 200 << 20 // llama.cpp + Acurast processor app (Node runtime) resident besides the model
-	goEngineOverhead     = 22 << 20  // Go runtime, ggml and the engine without a model (measured, rsscheck)
+	goEngineOverhead     = 15 << 20  // Go runtime, ggml and the engine without a model (measured, rsscheck)
 	llamaCppCheckpoints  = 2         // --ctx-checkpoints of the phone runtime plan (upstream default 8, newer 32)
 	goEngineCheckpoints  = 24        // ollama kvcache.DefaultCheckpointCount, reserved at load for every slot
-	goEngineHeaderFactor = 6         // goengine keeps the GGUF metadata decoded in Go maps and slices
-	deltaNetChunk        = 64        // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
+	goEngineHeaderFactor = 2         // goengine keeps the GGUF metadata decoded in Go maps and slices (measured)
+	// Attention masks resident at the peak of a goengine pass: the Go heap holds about 2.4 of them (the collector
+	// lets garbage reach the live heap's size before it frees it), the ggml input buffer one (measured, rsscheck).
+	goEngineGoMasks    = 12.0 / 5
+	goEngineMaskCopies = goEngineGoMasks + 1
+	deltaNetChunk      = 64 // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
 )
 
 // Breakdown is the estimated resident memory of one process serving the model, by part, in bytes.
@@ -122,7 +134,9 @@ type Breakdown struct {
 	KVCache     int64 `json:"kv_cache"`    // K and V of the attention layers
 	Recurrent   int64 `json:"recurrent"`   // conv and delta-net state, Parallel slots
 	Checkpoints int64 `json:"checkpoints"` // saved recurrent states for prefix reuse
-	Compute     int64 `json:"compute"`     // graph intermediates of the largest batch
+	Compute     int64 `json:"compute"`     // graph intermediates of the largest batch, and the CPU work buffer
+	Inputs      int64 `json:"inputs"`      // per-pass host buffers outside the graph (goengine: attention masks)
+	Repack      int64 `json:"repack"`      // goengine: the load-time copy of the largest repacked matrix
 	Output      int64 `json:"output"`      // logits buffer
 	Overhead    int64 `json:"overhead"`    // process, runtime, tokenizer
 	Total       int64 `json:"total"`
@@ -315,7 +329,8 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 		o.UBatch = 512
 	}
 	o.UBatch = min(o.UBatch, o.Ctx*o.Parallel)
-	fa := o.FlashAttention == "on" || (o.Engine == LlamaCpp && (o.FlashAttention == "" || o.FlashAttention == "auto"))
+	auto := o.FlashAttention == "" || o.FlashAttention == "auto"
+	fa := o.FlashAttention == "on" || auto && (o.Engine == LlamaCpp || o.Engine == GoEngine && GoEngineFlashAttention)
 	kt, _ := kvType(o.KVType)
 
 	b := Breakdown{Model: s.Name, Arch: s.Arch, Engine: o.Engine, Ctx: o.Ctx, Parallel: o.Parallel,
@@ -396,11 +411,24 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 		}
 	}
 
-	c := compute(h, o, fa, b.KVCells)
+	c := compute(h, o, fa, o.Engine == LlamaCpp, b.KVCells)
 	if c < 0 || c > 1<<62 {
 		return Breakdown{}, fmt.Errorf("fit: %s: compute buffer estimate out of range", s.Name)
 	}
 	b.Compute = int64(c)
+	if o.Engine == GoEngine {
+		// Ollama's causal cache builds each pass's mask (ubatch × n_kv float32) as a Go slice and copies it into a
+		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats): Go's
+		// collector lets more than two of them accumulate before it frees the older ones, and the C copy lives
+		// through the pass (runtime/goengine returns it to the system after each prompt pass; rsscheck measures).
+		b.Inputs = int64(goEngineMaskCopies * float64(o.UBatch) * float64(b.KVCells) * 4)
+		// runtime/goengine/internal/repack copies each matrix it rearranges into a Go scratch buffer as large as
+		// the largest one; the Go heap keeps that memory and later reuses it for the masks (2.4 of them).
+		if scratch := repackScratch(s); scratch > 0 {
+			goMasks := int64(goEngineGoMasks * float64(o.UBatch) * float64(b.KVCells) * 4)
+			b.Repack = max(0, scratch-goMasks)
+		}
+	}
 	// Logits kept for sampling: one F32 row per sequence (llama.cpp output_reserve(n_seq_max); the goengine
 	// copies the rows of the batch outputs).
 	b.Output = 4 * h.vocab * int64(o.Parallel)
@@ -413,7 +441,7 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 			b.Overhead = goEngineOverhead + goEngineHeaderFactor*s.HeaderBytes
 		}
 	}
-	parts := []int64{b.Weights, b.KVCache, b.Recurrent, b.Checkpoints, b.Compute, b.Output, b.Overhead}
+	parts := []int64{b.Weights, b.KVCache, b.Recurrent, b.Checkpoints, b.Compute, b.Inputs, b.Repack, b.Output, b.Overhead}
 	for _, p := range parts {
 		if p < 0 || b.Total > math.MaxInt64-p {
 			return Breakdown{}, fmt.Errorf("fit: %s: memory total overflows", s.Name)
@@ -421,6 +449,33 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 		b.Total += p
 	}
 	return b, nil
+}
+
+// repackMatrix and repackTypes mirror runtime/goengine/internal/repack: the weights it rearranges for
+// ggml-cpu's GEMM kernels (Q6_K is tagged in place, not copied) — 2-D, rows in groups of 8.
+var (
+	repackMatrix = regexp.MustCompile(`^(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|attn_qkv|attn_gate|ffn_gate|ffn_up|ffn_down|ffn_gate_shexp|ffn_up_shexp|ffn_down_shexp|ssm_out)|output)\.weight$`)
+	repackTypes  = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeIQ4_NL}
+)
+
+// repackScratch is the size of the largest matrix the goengine repacks (the tied embedding counts as
+// output.weight, the copy the engine makes of it).
+func repackScratch(s Shape) int64 {
+	_, untied := s.tensor("output.weight")
+	var largest int64
+	for _, t := range s.Tensors {
+		name := t.Name
+		if name == "token_embd.weight" && !untied {
+			name = "output.weight"
+		}
+		if len(t.Shape) != 2 || t.Shape[1]%8 != 0 || !slices.Contains(repackTypes, t.Type) || !repackMatrix.MatchString(name) {
+			continue
+		}
+		if n, err := tensorBytes(t); err == nil {
+			largest = max(largest, n)
+		}
+	}
+	return largest
 }
 
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }

@@ -512,3 +512,72 @@ func TestComputeMatchesLlamaCpp(t *testing.T) {
 		}
 	}
 }
+
+// TestGoEngineBuffers pins the goengine accounting issue 13 item 6 found missing (fit was 0.54–0.67 of serve's
+// peak for a tiny model at ctx 4096): without flash attention the scores are held twice (F32 in the graph, an
+// F16 copy in ggml-cpu's work buffer for the product with V), every pass's mask (ubatch × cells float32) is
+// resident about 3.4 times outside the graph, and the repack scratch copy of the largest matrix counts.
+func TestGoEngineBuffers(t *testing.T) {
+	s, err := ShapeFromConfig([]byte(qwen3Config)) // 16 heads, tied Q4_K_M embedding after quantize
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, err = s.Quantize(gguf.FileTypeQ4_K_M)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, T, H := 8192, 512, 16
+	off := estimate(t, s, Options{Engine: GoEngine, Ctx: ctx, UBatch: T, FlashAttention: "off"})
+	on := estimate(t, s, Options{Engine: GoEngine, Ctx: ctx, UBatch: T, FlashAttention: "on"})
+	if scores := int64(ctx * T * H * (4 + 2)); off.Compute-on.Compute < scores*9/10 {
+		t.Errorf("non-flash compute %d is only %d above flash; the F32 scores and their F16 copy are %d", off.Compute, off.Compute-on.Compute, scores)
+	}
+	if want := int64(goEngineMaskCopies * float64(T) * float64(ctx) * 4); off.Inputs != want || on.Inputs != want {
+		t.Errorf("inputs %d / %d, want 3.4 masks = %d", off.Inputs, on.Inputs, want)
+	}
+	// The tied embedding becomes output.weight in the goengine (Q6_K after Q4_K_M: tagged in place, no copy);
+	// the largest repacked matrix is a Q4_K projection.
+	if off.Repack != 0 {
+		t.Errorf("repack %d: the 8192-cell masks reuse the scratch of a 0.6B model", off.Repack)
+	}
+	small := estimate(t, s, Options{Engine: GoEngine, Ctx: 256, UBatch: 256})
+	if small.Repack <= 0 || small.Repack >= repackScratch(s) {
+		t.Errorf("repack %d at 256 cells, scratch %d", small.Repack, repackScratch(s))
+	}
+	if l := estimate(t, s, Options{Ctx: ctx, UBatch: T}); l.Inputs != 0 || l.Repack != 0 {
+		t.Errorf("llama.cpp: inputs %d, repack %d (its mask is a graph input)", l.Inputs, l.Repack)
+	}
+}
+
+// TestFlashAttentionDefaults: "auto" is what each runtime does by default — llama.cpp on, phonellm serve off
+// (issue 13 item 8: the goengine's flash attention halves its prompt speed, so neither serve nor fit picks it).
+func TestFlashAttentionDefaults(t *testing.T) {
+	s, err := ShapeFromConfig([]byte(qwen3Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		engine Engine
+		fa     string
+		want   bool
+	}{{LlamaCpp, "", true}, {LlamaCpp, "auto", true}, {LlamaCpp, "off", false}, {GoEngine, "", false},
+		{GoEngine, "auto", false}, {GoEngine, "on", true}} {
+		if b := estimate(t, s, Options{Engine: c.engine, FlashAttention: c.fa}); b.FlashAttention != c.want {
+			t.Errorf("%s, flash attention %q: counted %v, want %v", c.engine, c.fa, b.FlashAttention, c.want)
+		}
+	}
+}
+
+// TestDecodeBound: the bandwidth bound on decoding is given only where the weights read per token bound it
+// (issue 13: "decode at most ~26915 tokens/s" for the 2 MB demo model), and says what it is based on.
+func TestDecodeBound(t *testing.T) {
+	p := profile(t, "16gb")
+	tiny := Check(Breakdown{ActiveWeights: 2 << 20}, p)
+	if tiny.MaxTokensPerSec != 0 || tiny.BytesPerToken != 2<<20 || tiny.BandwidthGBps != p.BandwidthGBps {
+		t.Errorf("2 MiB of weights: %+v", tiny)
+	}
+	big := Check(Breakdown{ActiveWeights: 5 << 30}, p)
+	if want := p.BandwidthGBps * 1e9 / float64(5<<30); big.MaxTokensPerSec != want || want > 100 {
+		t.Errorf("5 GiB of weights: %.1f tokens/s, want %.1f", big.MaxTokensPerSec, want)
+	}
+}

@@ -1,15 +1,18 @@
-// Package rsscheck holds the acceptance test of package fit against reality: it generates models (a tiny qwen3,
-// a Qwen3-0.6B-shaped qwen3 and a Qwen3.5-0.8B-shaped hybrid qwen35, random Q4_0 weights), serves each in a
-// child process with the goengine (runtime/goengine, the engine behind phonellm serve), sends one request per slot
-// that fills the slot's whole context (all at once), reads the child's VmRSS, and requires fit.Estimate (Engine GoEngine, the same
-// context, slots and batch) to be within ±10 % of it. Both numbers are printed.
+// Package rsscheck holds the acceptance test of package fit against reality: it generates models, serves each
+// in a child process with the goengine (runtime/goengine, the engine behind phonellm serve), sends one request
+// per slot, reads the child's peak RSS (VmHWM), and requires fit.Estimate (Engine GoEngine, the same context,
+// slots, batch and flash attention) to be within ±10 % of it. Both numbers and the estimate's parts are logged.
 //
 // It is a separate package so that testing package fit does not compile the cgo engine:
 //
 //	go test ./pipeline/fit/rsscheck -v
 //
-// The tiny model runs one slot (its RSS is mostly the process itself: a few MiB of malloc arenas that appear when
-// several slots run concurrently would be 20 % of it); the two large models run two slots, so the per-slot
-// accounting (KV cells, recurrent state, 24 reserved checkpoints per slot) is what they check. -short skips the
-// two large models (about 3 minutes each on 2 busy cores).
+// What grows with the context (KV cache, the non-flash scores and their F16 copy in ggml's work buffer, the
+// per-pass attention masks) is measured with the context filled, at ctx 1024, 4096 and 8192, flash attention
+// on and off, on models built to make that cheap: a 131072-token F32 embedding holds most of the memory, as the
+// weights do in a real model, around one light attention layer (and a Qwen3.5 hybrid with three delta-net
+// layers), so the six fills cost a few CPU-seconds. A Qwen3.5-0.8B-shaped model with two slots checks weights,
+// recurrent state and the 24 checkpoints per slot at realistic sizes with short requests (-short skips it).
+// Each case runs in a process of its own: peak RSS is per process, and the Go and C heaps keep memory after an
+// engine closes.
 package rsscheck

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,24 +17,33 @@ import (
 )
 
 // modelSpec is a model to generate: a config.json (sized by fit.ShapeFromConfig, so the file has exactly the
-// converter's tensor layout) and extra metadata the engines need.
+// converter's tensor layout) and the tensors to write in F32 rather than Q4_0.
 type modelSpec struct {
 	name   string
 	config string
+	f32    []string
 }
 
-const qwen3Tiny = `{"architectures":["Qwen3ForCausalLM"],"vocab_size":300,"hidden_size":64,"intermediate_size":128,
-"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"max_position_embeddings":8192,
+// The full-context models: a 131072-token vocabulary whose tied embedding is F32 (64 MiB, loaded twice by the
+// goengine: as in a real model the weights hold most of the memory, and reading a row per token or one output
+// row per pass costs nothing) around a light attention (2 heads of 32, one KV head), so filling 8192 tokens of
+// context takes about a CPU-second while the scores, masks and KV cache still grow to tens of MiB. qwen35Fill is
+// the hybrid: three gated-delta-net layers and one attention layer, with the recurrent state and the 24
+// checkpoints per slot.
+const (
+	qwen3Fill = `{"architectures":["Qwen3ForCausalLM"],"vocab_size":131072,"hidden_size":256,"intermediate_size":256,
+"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":32,"max_position_embeddings":8192,
 "tie_word_embeddings":true}`
+	qwen35Fill = `{"architectures":["Qwen3_5ForConditionalGeneration"],"model_type":"qwen3_5","tie_word_embeddings":true,
+"text_config":{"model_type":"qwen3_5_text","vocab_size":131072,"hidden_size":128,"intermediate_size":128,"num_hidden_layers":4,
+"num_attention_heads":2,"num_key_value_heads":1,"head_dim":32,"linear_conv_kernel_dim":4,"linear_key_head_dim":32,
+"linear_value_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":2,"full_attention_interval":4,
+"max_position_embeddings":8192,"tie_word_embeddings":true,
+"rope_parameters":{"rope_theta":10000000,"partial_rotary_factor":0.25,"mrope_section":[11,11,10]}}}`
+)
 
-// Qwen3-0.6B's config.json values (gguf-quant-convert.md §10.4: n_embd 1024, 28 blocks, 16/8 heads, head_dim 128,
-// n_ff 3072, vocab 151936), tied.
-const qwen3Small = `{"architectures":["Qwen3ForCausalLM"],"vocab_size":151936,"hidden_size":1024,"intermediate_size":3072,
-"num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"max_position_embeddings":40960,
-"tie_word_embeddings":true}`
-
-// writeModel writes spec as a GGUF: 2-D weights in Q4_0 (random quants, small scales), norms 1, ssm_a −1, other
-// 1-D tensors 0, and a byte-level BPE vocabulary of the config's size.
+// writeModel writes spec as a GGUF: 2-D weights in Q4_0 (random quants, small scales) unless spec.f32 names them
+// (zeros), norms 1, ssm_a −1, other 1-D tensors 0, and a byte-level BPE vocabulary of the config's size.
 func writeModel(t testing.TB, dir string, spec modelSpec, cfg []byte) string {
 	t.Helper()
 	s, err := fit.ShapeFromConfig(cfg)
@@ -81,7 +91,7 @@ func writeModel(t testing.TB, dir string, spec modelSpec, cfg []byte) string {
 	set("tokenizer.ggml.add_bos_token", gguf.Bool(false))
 
 	typeOf := func(name string, dims int) gguf.Type {
-		if dims >= 2 && !strings.Contains(name, "ssm_conv1d") {
+		if dims >= 2 && !strings.Contains(name, "ssm_conv1d") && !slices.Contains(spec.f32, name) {
 			return gguf.TypeQ4_0
 		}
 		return gguf.TypeF32
