@@ -64,6 +64,15 @@ type Options struct {
 	HashModel bool
 	// Force measures even when the cache has a result (and refreshes it).
 	Force bool
+	// Slower abandons a candidate once it has taken this many times as long as the fastest candidate so far
+	// (plus Grace): its warm-up against the fastest warm-up, then each measured request against the fastest
+	// one. Such a candidate cannot win, and an oversubscribed setting (more threads than free cores) can spin
+	// for minutes: on a busy 2-core machine a 2-thread candidate took 40.9 s where 1 thread took 0.06 s. The
+	// first candidate is the calibration and is never abandoned. Default 4; negative: never abandon.
+	Slower float64
+	// Grace is added to every such deadline, so that timer and scheduling noise on a fast candidate does not
+	// abandon it; default 250 ms.
+	Grace time.Duration
 }
 
 // Measurement is one candidate's row of the table.
@@ -76,9 +85,12 @@ type Measurement struct {
 	// (Workload.GenerateTokens - 1) / GeneratePerSecond (the first token
 	// comes from the prompt pass). Lower is better.
 	Seconds float64 `json:"seconds"`
-	// Error is set when the candidate failed to load or run; it then has no
-	// score.
+	// Error is set when the candidate failed to load or run, or was abandoned
+	// as too slow; it then has no score.
 	Error string `json:"error,omitempty"`
+	// Abandoned is set when the candidate was stopped for taking Options.Slower
+	// times as long as the fastest one.
+	Abandoned bool `json:"abandoned,omitempty"`
 }
 
 // Result is the outcome of Tune.
@@ -157,6 +169,18 @@ func (o *Options) defaults() error {
 	if o.Log == nil {
 		o.Log = func(string) {}
 	}
+	if o.Slower == 0 {
+		o.Slower = 4
+	}
+	if o.Slower > 0 && o.Slower < 1 {
+		return fmt.Errorf("autotune: slower factor %g below 1 would abandon the fastest candidate", o.Slower)
+	}
+	if o.Grace == 0 {
+		o.Grace = 250 * time.Millisecond
+	}
+	if o.Grace < 0 {
+		return fmt.Errorf("autotune: negative grace %s", o.Grace)
+	}
 	return nil
 }
 
@@ -194,12 +218,18 @@ func Tune(ctx context.Context, o Options) (Result, error) {
 	o.Log(fmt.Sprintf("autotune: %s, %d candidates, %d-token prompt + %d tokens each, scored for %d in / %d out",
 		o.Model, len(o.Candidates), o.PromptTokens, o.GenerateTokens, o.Workload.PromptTokens, o.Workload.GenerateTokens))
 	best := -1
+	var fastest pace
 	for _, c := range o.Candidates {
-		m, err := measure(ctx, o, c)
+		m, err := measure(ctx, o, c, &fastest)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return res, ctxErr
 		}
-		if err != nil {
+		var slow *slowError
+		switch {
+		case errors.As(err, &slow):
+			m = Measurement{Candidate: c, Error: err.Error(), Abandoned: true}
+			o.Log(fmt.Sprintf("autotune: %s abandoned: %v", c, err))
+		case err != nil:
 			m = Measurement{Candidate: c, Error: err.Error()}
 		}
 		res.Table = append(res.Table, m)
@@ -227,9 +257,45 @@ func Tune(ctx context.Context, o Options) (Result, error) {
 	return res, nil
 }
 
+// pace is the fastest warm-up and request seen so far: the calibration the next candidates' deadlines scale.
+type pace struct{ warm, request time.Duration }
+
+// slowError is a candidate abandoned for being Options.Slower times slower than the fastest.
+type slowError struct {
+	what           string
+	limit, fastest time.Duration
+}
+
+func (e *slowError) Error() string {
+	return fmt.Sprintf("%s took more than %s, %s being the fastest candidate's: slower, so not waited for",
+		e.what, e.limit.Round(time.Millisecond), e.fastest.Round(time.Millisecond))
+}
+
+// timed runs fn under a deadline of Slower × fastest + Grace (none while fastest is unknown or Slower < 0) and
+// returns its duration; when the deadline passes, fn's context is cancelled (an engine stops at the end of its
+// forward pass) and the error is a *slowError.
+func timed(ctx context.Context, o Options, what string, fastest time.Duration, fn func(ctx context.Context) error) (time.Duration, error) {
+	limit := time.Duration(0)
+	if o.Slower > 0 && fastest > 0 {
+		limit = time.Duration(o.Slower*float64(fastest)) + o.Grace
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	start := time.Now()
+	err := fn(ctx)
+	d := time.Since(start)
+	if limit > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return d, &slowError{what: what, limit: limit, fastest: fastest}
+	}
+	return d, err
+}
+
 // measure loads the model with c, warms it up and times Repeats requests of
-// PromptTokens + GenerateTokens, keeping the fastest rate of each kind.
-func measure(ctx context.Context, o Options, c Candidate) (m Measurement, err error) {
+// PromptTokens + GenerateTokens, keeping the fastest rate of each kind. The
+// warm-up and each request are abandoned past Options.Slower times the
+// fastest so far (fastest is updated with this candidate's times).
+func measure(ctx context.Context, o Options, c Candidate, fastest *pace) (m Measurement, err error) {
 	m.Candidate = c
 	e, err := o.Load(ctx, c)
 	if err != nil {
@@ -249,8 +315,15 @@ func measure(ctx context.Context, o Options, c Candidate) (m Measurement, err er
 		return m, fmt.Errorf("tokenize the filler text: %v", err)
 	}
 	warm := filler[:min(8, len(filler))]
-	if _, err := e.Generate(ctx, engine.Request{Tokens: warm, MaxTokens: 2, NoCache: true, IgnoreEOG: true}, nil); err != nil {
+	dw, err := timed(ctx, o, "the warm-up", fastest.warm, func(ctx context.Context) error {
+		_, err := e.Generate(ctx, engine.Request{Tokens: warm, MaxTokens: 2, NoCache: true, IgnoreEOG: true}, nil)
+		return err
+	})
+	if err != nil {
 		return m, fmt.Errorf("warm-up: %w", err)
+	}
+	if fastest.warm == 0 || dw < fastest.warm {
+		fastest.warm = dw
 	}
 	for i := range o.Repeats {
 		// A distinct first token per request keeps a prefix cache out of it.
@@ -259,9 +332,17 @@ func measure(ctx context.Context, o Options, c Candidate) (m Measurement, err er
 		for len(toks) < n {
 			toks = append(toks, filler...)
 		}
-		r, err := e.Generate(ctx, engine.Request{Tokens: toks[:n], MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+		var r engine.Response
+		dr, err := timed(ctx, o, "the request", fastest.request, func(ctx context.Context) error {
+			var err error
+			r, err = e.Generate(ctx, engine.Request{Tokens: toks[:n], MaxTokens: o.GenerateTokens, NoCache: true, IgnoreEOG: true}, nil)
+			return err
+		})
 		if err != nil {
 			return m, fmt.Errorf("generate: %w", err)
+		}
+		if fastest.request == 0 || dr < fastest.request {
+			fastest.request = dr
 		}
 		m.PromptPerSecond = max(m.PromptPerSecond, r.Timings.PromptPerSecond())
 		m.GeneratePerSecond = max(m.GeneratePerSecond, r.Timings.GeneratePerSecond())

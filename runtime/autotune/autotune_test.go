@@ -79,6 +79,9 @@ func testOptions(t *testing.T, lab *fakeLab, log *[]string) Options {
 		Model: model, Candidates: []Candidate{slowAll, fastPrompt, fastDecode}, Load: lab.load,
 		PromptTokens: 200, GenerateTokens: 4, Version: "v-test",
 		Log: func(s string) { *log = append(*log, s) },
+		// These tests are about choosing and caching; abandoning slow candidates (TestTuneAbandonsSlow) would
+		// make them depend on how promptly a loaded machine runs the fakes' sleeps.
+		Slower: -1,
 	}
 }
 
@@ -361,5 +364,63 @@ func TestCPUModel(t *testing.T) {
 	}
 	if got := cpuModel(cpuInfoPath); got != "Intel(R) Xeon(R) CPU @ 2.20GHz" {
 		t.Fatalf("cpu model %q", got)
+	}
+}
+
+// TestTuneAbandonsSlow is issue 13 item 9: on a busy 2-core machine an oversubscribed candidate took 40.9 s
+// where 1 thread took 0.06 s, and TestPhoneEntrypointEndToEnd timed out waiting. A candidate is now abandoned
+// once it takes Slower times as long as the fastest so far (its warm-up, or its request) and the others decide.
+// The fakes sleep for hours unless cancelled; the 10-minute timeout is a hang guard only.
+func TestTuneAbandonsSlow(t *testing.T) {
+	lab := newLab()
+	hopeless := Candidate{Threads: 8, BatchSize: 512}    // even the 8-token warm-up would take hours
+	slowRequest := Candidate{Threads: 4, BatchSize: 512} // warms up in under a second, then 20 s per request
+	lab.delays[hopeless] = [2]time.Duration{time.Hour, time.Hour}
+	lab.delays[slowRequest] = [2]time.Duration{100 * time.Millisecond, time.Millisecond}
+	var log []string
+	o := testOptions(t, lab, &log)
+	o.Candidates = []Candidate{slowAll, hopeless, slowRequest, fastPrompt}
+	o.Slower, o.Grace = 4, 2*time.Second
+	type result struct {
+		r   Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := Tune(context.Background(), o)
+		done <- result{r, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Minute):
+		t.Fatal("Tune is still waiting for a hopeless candidate")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	r := res.r
+	if r.Best != fastPrompt {
+		t.Fatalf("best %s, want %s\n%s", r.Best, fastPrompt, r.FormatTable())
+	}
+	for _, c := range []struct {
+		c    Candidate
+		what string
+	}{{hopeless, "the warm-up took more than"}, {slowRequest, "the request took more than"}} {
+		i := slices.IndexFunc(r.Table, func(m Measurement) bool { return m.Candidate == c.c })
+		if i < 0 || !r.Table[i].Abandoned || !strings.Contains(r.Table[i].Error, c.what) || !strings.Contains(r.Table[i].Error, "not waited for") {
+			t.Errorf("%s: %+v, want abandoned (%s)", c.c, r.Table[i], c.what)
+		}
+	}
+	for _, m := range r.Table {
+		if m.Abandoned != (m.Candidate == hopeless || m.Candidate == slowRequest) {
+			t.Errorf("%s abandoned %v", m.Candidate, m.Abandoned)
+		}
+	}
+	if lab.loads != 4 || lab.closed != 4 {
+		t.Errorf("loads %d closes %d, want 4 and 4", lab.loads, lab.closed)
+	}
+	if all := strings.Join(log, "\n"); !strings.Contains(all, "threads=8 batch=512 abandoned") {
+		t.Errorf("abandonment not logged:\n%s", all)
 	}
 }
