@@ -307,7 +307,7 @@ async function startServer(model, s) {
   throw new Error('llama-server did not become healthy in time');
 }
 
-async function benchOnce() {
+async function benchOnce(timeoutMs) {
   const b = cfg.bench || {};
   const body = {
     model: cfg.model.id || 'model',
@@ -317,7 +317,7 @@ async function benchOnce() {
     stream: false,
   };
   const t0 = process.hrtime.bigint();
-  const r = await llamaCall('POST', '/v1/chat/completions', body, cfg.bench_timeout_ms || 600000);
+  const r = await llamaCall('POST', '/v1/chat/completions', body, timeoutMs);
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   if (r.status !== 200) throw new Error(`bench request: HTTP ${r.status}`);
   const j = JSON.parse(r.body);
@@ -329,22 +329,34 @@ async function benchOnce() {
 }
 
 // tune starts llama-server with each candidate, times one fixed request, and leaves the fastest running.
+// The first candidate that answers is the calibration: a later one gets tune_slower (4) times the fastest
+// request so far, plus a grace, and is abandoned past that. It cannot win, and an oversubscribed setting can
+// spin in its thread barriers for minutes (40.9 s where one thread took 0.06 s on a busy 2-core machine).
 async function tune(model) {
   const cands = cfg.candidates && cfg.candidates.length ? cfg.candidates : [{ threads: 4 }];
   const tryAll = cands.length > 1 && canStop();
+  const slower = cfg.tune_slower || 4;
+  const graceMs = cfg.tune_grace_ms || 2000;
   status.tuning = cands.length === 1 ? 'one candidate' : tryAll ? 'benchmarking' : 'skipped: _STD_.llama.server.stop is not available';
   let best = null;
   for (let i = 0; i < (tryAll ? cands.length : 1); i++) {
     const s = cands[i];
     status.state = 'tuning';
+    const limit = best ? Math.round(slower * best.r.wall_s * 1000) + graceMs : cfg.bench_timeout_ms || 600000;
     try {
       if (i > 0) await stopServer();
       await startServer(model, s);
-      const r = await benchOnce();
+      const r = await benchOnce(limit);
       status.bench.push(Object.assign({ settings: s }, r));
       log(`candidate ${JSON.stringify(s)}: ${r.seconds.toFixed(3)} s, ${r.tok_s.toFixed(1)} tok/s`);
       if (!best || r.seconds < best.r.seconds) best = { s, r };
     } catch (e) {
+      if (best && e.message === 'timeout') {
+        const why = `abandoned: no answer within ${limit} ms, ${slower}× the fastest candidate's ${best.r.wall_s.toFixed(3)} s`;
+        status.bench.push({ settings: s, error: why, abandoned: true });
+        log(`candidate ${JSON.stringify(s)} ${why}`);
+        continue;
+      }
       status.bench.push({ settings: s, error: e.message });
       log(`candidate ${JSON.stringify(s)} failed: ${e.message}`);
     }

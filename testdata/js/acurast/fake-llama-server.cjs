@@ -3,7 +3,8 @@
 // /health (503 "Loading model" for PHONELLM_FAKE_LOAD_MS, then ok), /v1/models and /v1/chat/completions
 // (plain and streamed) with llama-server's response shapes, including `timings`.
 // Its speed depends on --threads: predicted_per_second = 100 - 10*|threads - PHONELLM_FAKE_BEST_THREADS|
-// (default best 4), and it sleeps accordingly, so a tuner that keeps the fastest setting can be checked.
+// (default best 4), and it sleeps accordingly, so a tuner that keeps the fastest setting can be checked. At
+// --threads PHONELLM_FAKE_STALL_THREADS it never answers a completion (an oversubscribed setting that spins).
 'use strict';
 
 const fs = require('fs');
@@ -74,6 +75,7 @@ http
         return send(res, 400, { error: { code: 400, message: 'invalid JSON', type: 'invalid_request_error' } });
       }
       if (!Array.isArray(body.messages) || body.messages.length === 0) return send(res, 400, { error: { code: 400, message: "'messages' is required", type: 'invalid_request_error' } });
+      if (Number(process.env.PHONELLM_FAKE_STALL_THREADS || 0) === threads) return; // no answer, ever
       const last = String(body.messages[body.messages.length - 1].content);
       const words = ('RISK_LEVEL: 5 (' + last.slice(0, 40) + ')').split(' ');
       const n = Math.min(words.length, body.max_tokens || 16);
