@@ -38,7 +38,7 @@ func TestFailoverKillRestart(t *testing.T) {
 	var mu sync.Mutex
 	var errs []string
 	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for i := range n {
 		wg.Add(1)
@@ -93,7 +93,7 @@ func TestFailoverKillRestart(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

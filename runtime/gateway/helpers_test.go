@@ -133,7 +133,7 @@ func newGateway(t *testing.T, o Options, reps ...Replica) (*Gateway, *httptest.S
 // waitLive waits until n replicas are live.
 func waitLive(t *testing.T, g *Gateway, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard
 	for time.Now().Before(deadline) {
 		live := 0
 		for _, r := range g.Replicas() {

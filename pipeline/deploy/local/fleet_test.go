@@ -31,7 +31,7 @@ func details(t *testing.T, st deploy.Status) []Detail {
 
 func waitStatus(t *testing.T, f *Fleet, id, what string, cond func(deploy.Status, []Detail) bool) (deploy.Status, []Detail) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute) // a hang guard
 	for {
 		st, err := f.Status(context.Background(), id)
 		if err != nil {
@@ -225,7 +225,7 @@ func TestSupervisorDies(t *testing.T) {
 		}
 	}
 	// Resume brings it back under a new supervisor.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := f.Resume(ctx, d.ID); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func TestGatewayOverFleet(t *testing.T) {
 	}
 	ts := httptest.NewServer(g)
 	defer ts.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(2 * time.Minute); ; {
 		live := 0
 		for _, r := range g.Replicas() {
 			if r.Live {
@@ -111,7 +111,7 @@ func TestGatewayOverFleet(t *testing.T) {
 	waitStatus(t, f, d.ID, "replica 0 restarted", func(st deploy.Status, ds []Detail) bool {
 		return ds[0].Restarts == 1 && st.Replicas[0].Healthy
 	})
-	for deadline := time.Now().Add(10 * time.Second); !g.Replicas()[0].Live; {
+	for deadline := time.Now().Add(2 * time.Minute); !g.Replicas()[0].Live; {
 		if time.Now().After(deadline) {
 			t.Fatal("the gateway never took the restarted replica back")
 		}

@@ -234,7 +234,7 @@ func testSpec(t *testing.T, n int) deploy.Spec {
 // deployT deploys and arranges for the deployment to be stopped when the test ends.
 func deployT(t *testing.T, f *Fleet, spec deploy.Spec) deploy.Deployment {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	d, err := f.Deploy(ctx, spec)
 	if err != nil {

@@ -23,7 +23,7 @@ var shipClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transp
 
 func shipT(t *testing.T, f *Fleet, spec deploy.Spec) deploy.Deployment {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a hang guard only
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard only
 	defer cancel()
 	sh, err := f.Ship(ctx, deploy.ShipRequest{Spec: spec, Profile: fit.Profile{Name: "test", UsableBytes: 1 << 30}, ReadyTimeout: 45 * time.Second})
 	if sh.Deployment.ID != "" {
@@ -85,7 +85,7 @@ func TestShipGatewaySupervised(t *testing.T) {
 		t.Fatal(err)
 	}
 	// kill returns before every thread has stopped: wait for the stopped state ('T') the kernel reports.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if st, _, err := procStat(before.PID); err == nil && st == 'T' {
 			break
 		}
@@ -105,7 +105,7 @@ func TestShipGatewaySupervised(t *testing.T) {
 	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		st, err = f.Status(ctx, d.ID)
 		if err != nil {
@@ -125,7 +125,7 @@ func TestShipGatewaySupervised(t *testing.T) {
 	if st.Gateway.URL != gw.URL || st.Gateway.Identity != gw.Identity {
 		t.Fatalf("restarted gateway %+v, was %+v", st.Gateway.Gateway, *gw)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	for deadline := time.Now().Add(3 * time.Minute); ; {
 		ans, _, err = deploy.FirstAnswer(ctx, shipClient, *gw, "fraud-alias", "again", testKey)
 		if err == nil {
 			break
@@ -165,7 +165,7 @@ func TestShipGatewayPortInUse(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	dir := t.TempDir()
 	f := testFleetPort(t, dir, port)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	sh, err := f.Ship(ctx, deploy.ShipRequest{Spec: testSpec(t, 2), Profile: fit.Profile{UsableBytes: 1 << 30}, ReadyTimeout: 20 * time.Second})
 	var pe *deploy.PortInUseError
@@ -202,7 +202,7 @@ func TestShipStopsWhatFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sh, err := f.Ship(ctx, deploy.ShipRequest{Spec: testSpec(t, 1), ReadyTimeout: 45 * time.Second})
 	var fe *deploy.FleetError
@@ -278,7 +278,7 @@ func TestResumeRebindsGateway(t *testing.T) {
 	waitStatus(t, f, d.ID, "failed", func(st deploy.Status, _ []Detail) bool {
 		return st.State == deploy.StateFailed && !alive(x.Gateway.Proc)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := f.Resume(ctx, d.ID); err != nil {
 		t.Fatal(err)
