@@ -73,6 +73,17 @@ func FuzzReadPrompts(f *testing.F) {
 				}
 			}
 		}
+		txt := filepath.Join(dir, "f.txt") // the same bytes as a text file: one prompt per paragraph
+		if err := os.WriteFile(txt, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if ps, err := ReadPrompts(txt); err == nil {
+			for _, q := range ps {
+				if q.Text == "" || q.Text != strings.TrimSpace(q.Text) || strings.Contains(q.Text, "\n\n") {
+					t.Fatalf("text prompt %q: empty, untrimmed or spanning a blank line", q.Text)
+				}
+			}
+		}
 		items, err := ReadItems(p)
 		if err == nil {
 			for _, it := range items {
