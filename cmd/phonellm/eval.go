@@ -117,8 +117,11 @@ func pickCandidate(a *app, reference string) (string, error) {
 	if ws == nil {
 		return "", usageError("no --candidate and no workspace here: give the quantized model to check (--candidate MODEL-Q4_K_M.gguf)")
 	}
-	var models []string // newest first
+	var models []string // newest first; one-off outputs (-o elsewhere) are not the workspace's
 	for i := len(ws.State.Records) - 1; i >= 0; i-- {
+		if ws.State.Records[i].OneOff {
+			continue
+		}
 		for _, art := range ws.State.Records[i].Artifacts {
 			if art.Kind == "gguf" {
 				models = append(models, ws.Path(art.Path))
