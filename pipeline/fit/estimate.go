@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"reflect"
 	"regexp"
 	"slices"
 
@@ -100,17 +101,19 @@ const GoEngineFlashAttention = false
 
 // Engine defaults (doc.go explains each).
 const (
-	cachePadding         = 256       // KV cells are padded to 256 (ollama CacheConfig; llama.cpp n_ctx pad)
-	llamaCppOverhead     = 200 << 20 // llama.cpp + Acurast processor app (Node runtime) resident besides the model
-	goEngineOverhead     = 15 << 20  // Go runtime, ggml and the engine without a model (measured, rsscheck)
-	llamaCppCheckpoints  = 2         // --ctx-checkpoints of the phone runtime plan (upstream default 8, newer 32)
-	goEngineCheckpoints  = 24        // ollama kvcache.DefaultCheckpointCount, reserved at load for every slot
-	goEngineHeaderFactor = 2         // goengine keeps the GGUF metadata decoded in Go maps and slices (measured)
-	// Attention masks resident at the peak of a goengine pass: the Go heap holds about 2.4 of them (the collector
-	// lets garbage reach the live heap's size before it frees it), the ggml input buffer one (measured, rsscheck).
-	goEngineGoMasks    = 12.0 / 5
-	goEngineMaskCopies = goEngineGoMasks + 1
-	deltaNetChunk      = 64 // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
+	cachePadding        = 256       // KV cells are padded to 256 (ollama CacheConfig; llama.cpp n_ctx pad)
+	llamaCppOverhead    = 200 << 20 // llama.cpp + Acurast processor app (Node runtime) resident besides the model
+	goEngineOverhead    = 16 << 20  // Go runtime, ggml and the engine without a model (measured, rsscheck)
+	llamaCppCheckpoints = 2         // --ctx-checkpoints of the phone runtime plan (upstream default 8, newer 32)
+	goEngineCheckpoints = 24        // ollama kvcache.DefaultCheckpointCount, reserved at load for every slot
+	goEngineTokenBytes  = 110       // per vocabulary entry: Ollama's tokenizer and the engine's own (measured)
+	goEngineMergeBytes  = 127       // per BPE merge: both tokenizers' merge tables (measured)
+	// Attention masks in the Go heap at the peak of a goengine pass, beyond the collector's headroom: garbage
+	// grows to the live heap's size before the collector frees it, one mask past its goal — 2.4 measured on a
+	// machine at load 5-10, 3.2 at load 20 (the collector's background work gets less CPU); the estimate takes
+	// the middle (rsscheck).
+	goEngineGoMasks = 14.0 / 5
+	deltaNetChunk   = 64 // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
 )
 
 // Breakdown is the estimated resident memory of one process serving the model, by part, in bytes.
@@ -416,29 +419,34 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 		return Breakdown{}, fmt.Errorf("fit: %s: compute buffer estimate out of range", s.Name)
 	}
 	b.Compute = int64(c)
-	if o.Engine == GoEngine {
-		// Ollama's causal cache builds each pass's mask (ubatch × n_kv float32) as a Go slice and copies it into a
-		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats): Go's
-		// collector lets more than two of them accumulate before it frees the older ones, and the C copy lives
-		// through the pass (runtime/goengine returns it to the system after each prompt pass; rsscheck measures).
-		b.Inputs = int64(goEngineMaskCopies * float64(o.UBatch) * float64(b.KVCells) * 4)
-		// runtime/goengine/internal/repack copies each matrix it rearranges into a Go scratch buffer as large as
-		// the largest one; the Go heap keeps that memory and later reuses it for the masks (2.4 of them).
-		if scratch := repackScratch(s); scratch > 0 {
-			goMasks := int64(goEngineGoMasks * float64(o.UBatch) * float64(b.KVCells) * 4)
-			b.Repack = max(0, scratch-goMasks)
-		}
-	}
 	// Logits kept for sampling: one F32 row per sequence (llama.cpp output_reserve(n_seq_max); the goengine
 	// copies the rows of the batch outputs).
 	b.Output = 4 * h.vocab * int64(o.Parallel)
 	b.Overhead = o.Overhead
+	var vocabTables int64 // goengine: the tokenizers' tables in the Go heap, with the collector's headroom
 	if b.Overhead == 0 {
 		switch o.Engine {
 		case LlamaCpp:
 			b.Overhead = llamaCppOverhead + 2*s.HeaderBytes
 		case GoEngine:
-			b.Overhead = goEngineOverhead + goEngineHeaderFactor*s.HeaderBytes
+			vocabTables = goEngineTokenBytes*h.vocab + goEngineMergeBytes*min(arrayLen(s.KV["tokenizer.ggml.merges"]), 1<<30)
+			b.Overhead = goEngineOverhead + vocabTables
+		}
+	}
+	if o.Engine == GoEngine {
+		// Ollama's causal cache builds each pass's mask (ubatch × n_kv float32) as a Go slice and copies it into a
+		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats): the C
+		// copy lives through the pass (runtime/goengine returns it to the system after each prompt pass), the Go
+		// ones pile up to about 2.8 masks before the collector frees them — first in the headroom the collector
+		// already keeps over the live heap (half the vocabulary tables' share above), then in new memory.
+		mask := float64(o.UBatch) * float64(b.KVCells) * 4
+		headroom := vocabTables / 2
+		goMasks := int64(goEngineGoMasks * mask)
+		b.Inputs = int64(mask) + max(0, goMasks-headroom)
+		// runtime/goengine/internal/repack copies each matrix it rearranges into a Go scratch buffer as large as
+		// the largest one: Go memory the masks later reuse.
+		if scratch := repackScratch(s); scratch > 0 {
+			b.Repack = max(0, scratch-max(goMasks, headroom))
 		}
 	}
 	parts := []int64{b.Weights, b.KVCache, b.Recurrent, b.Checkpoints, b.Compute, b.Inputs, b.Repack, b.Output, b.Overhead}
@@ -449,6 +457,14 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 		b.Total += p
 	}
 	return b, nil
+}
+
+// arrayLen is the length of a metadata array (a typed slice in Shape.KV), or 0.
+func arrayLen(v any) int64 {
+	if r := reflect.ValueOf(v); r.Kind() == reflect.Slice {
+		return int64(r.Len())
+	}
+	return 0
 }
 
 // repackMatrix and repackTypes mirror runtime/goengine/internal/repack: the weights it rearranges for

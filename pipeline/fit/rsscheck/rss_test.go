@@ -60,6 +60,7 @@ func (c serveCase) String() string {
 type measurement struct {
 	RSS, HWM     int64 // bytes, after the requests
 	Base, Loaded int64 // RSS before loading and right after loading
+	GoHeap       int64 // Go heap held from the OS after the requests (HeapSys − HeapReleased)
 	PromptTokens int
 	Seconds      float64
 	CPU          float64 // user + system seconds of the child (set by serve)
@@ -127,8 +128,10 @@ func child(spec string) int {
 	if err != nil {
 		return fail(err)
 	}
-	runtime.KeepAlive(e)
-	out.Encode(measurement{RSS: rss, HWM: hwm, Base: base, Loaded: loaded, PromptTokens: tokens, Seconds: time.Since(start).Seconds()})
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	out.Encode(measurement{RSS: rss, HWM: hwm, Base: base, Loaded: loaded, GoHeap: int64(ms.HeapSys - ms.HeapReleased),
+		PromptTokens: tokens, Seconds: time.Since(start).Seconds()})
 	return 0
 }
 
@@ -210,9 +213,9 @@ func check(t *testing.T, spec modelSpec, static bool, cases ...serveCase) {
 			want, what = b.Total-b.Compute-b.Inputs, "prediction without the compute buffers and masks"
 		}
 		dev := float64(want-m.HWM) / float64(m.HWM)
-		t.Logf("%s, %s: measured peak RSS %.1f MiB (before load %.1f, after load %.1f; %d prompt tokens, %.1f s, %.1f CPU-s); "+
+		t.Logf("%s, %s: measured peak RSS %.1f MiB (before load %.1f, after load %.1f, Go heap %.1f; %d prompt tokens, %.1f s, %.1f CPU-s); "+
 			"%s %.1f MiB (weights %.1f, kv %.1f, recurrent %.1f, checkpoints %.1f, compute %.1f, inputs %.1f, repack %.1f, output %.1f, overhead %.1f): %+.1f %%",
-			spec.name, c, mib(m.HWM), mib(m.Base), mib(m.Loaded), m.PromptTokens, m.Seconds, m.CPU, what, mib(want),
+			spec.name, c, mib(m.HWM), mib(m.Base), mib(m.Loaded), mib(m.GoHeap), m.PromptTokens, m.Seconds, m.CPU, what, mib(want),
 			mib(b.Weights), mib(b.KVCache), mib(b.Recurrent), mib(b.Checkpoints), mib(b.Compute), mib(b.Inputs), mib(b.Repack),
 			mib(b.Output), mib(b.Overhead), 100*dev)
 		if math.Abs(dev) > 0.10 {
