@@ -39,7 +39,7 @@ const (
 "num_attention_heads":2,"num_key_value_heads":1,"head_dim":32,"linear_conv_kernel_dim":4,"linear_key_head_dim":32,
 "linear_value_head_dim":32,"linear_num_key_heads":2,"linear_num_value_heads":2,"full_attention_interval":4,
 "max_position_embeddings":8192,"tie_word_embeddings":true,
-"rope_parameters":{"rope_theta":10000000,"partial_rotary_factor":0.25,"mrope_section":[11,11,10]}}}`
+"rope_parameters":{"rope_theta":10000000,"partial_rotary_factor":0.25,"mrope_section":[2,1,1]}}}`
 )
 
 // writeModel writes spec as a GGUF: 2-D weights in Q4_0 (random quants, small scales) unless spec.f32 names them
@@ -72,7 +72,14 @@ func writeModel(t testing.TB, dir string, spec modelSpec, cfg []byte) string {
 	if arch == "qwen35" {
 		hd, _ := s.KV[arch+".attention.key_length"].(uint32)
 		set(arch+".rope.dimension_count", gguf.Uint32(hd/4))
-		set(arch+".rope.dimension_sections", gguf.Int32s([]int32{11, 11, 10, 0}))
+		// M-RoPE sections cover the rotary pairs (hd/8): Qwen3.5's 11+11+10 for head_dim 256, else a like split.
+		pairs := int32(hd / 8)
+		third := pairs / 3
+		sections := []int32{pairs - 2*third, third, third, 0}
+		if pairs == 32 {
+			sections = []int32{11, 11, 10, 0}
+		}
+		set(arch+".rope.dimension_sections", gguf.Int32s(sections))
 	}
 	vocab := 0
 	for _, tn := range s.Tensors {
