@@ -49,7 +49,7 @@ type Options struct {
 	// BatchSize bounds the tokens evaluated in one forward pass (summed over
 	// all slots); default 512, at most ContextLength.
 	BatchSize int
-	// KVCacheType is "f16" (default), "q8_0" or "q4_0".
+	// KVCacheType is "f16" (default), "q8_0", "q4_0", or "f32" (exact comparisons in tests).
 	KVCacheType string
 	// FlashAttention enables the fused attention kernel.
 	FlashAttention bool
@@ -70,9 +70,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("goengine: parallel %d above 64", o.Parallel)
 	}
 	switch o.KVCacheType {
-	case "", "f16", "q8_0", "q4_0":
+	case "", "f16", "q8_0", "q4_0", "f32":
 	default:
-		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0 or q4_0", o.KVCacheType)
+		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0, q4_0 or f32", o.KVCacheType)
 	}
 	return nil
 }
@@ -292,6 +292,8 @@ func kvDType(s string) ml.DType {
 		return ml.DTypeQ80
 	case "q4_0":
 		return ml.DTypeQ40
+	case "f32":
+		return ml.DTypeF32
 	}
 	return ml.DTypeF16
 }

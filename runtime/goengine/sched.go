@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/kvcache"
-	"github.com/ollama/ollama/model"
-	"github.com/ollama/ollama/model/input"
 
 	"github.com/phonellm/phonellm/runtime/engine"
 )
@@ -478,24 +476,5 @@ func (e *Engine) sampleNext(s *sequence, logits []float32) {
 
 // forward evaluates one batch and returns the logits of the output rows.
 func (e *Engine) forward(toks, pos []int32, seqs []int, outputs []int32) (logits []float32, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("goengine: forward pass: %v", r)
-		}
-	}()
-	ctx := e.m.Backend().NewContext()
-	defer ctx.Close()
-	b := input.Batch{
-		Inputs:    ctx.Input().FromInts(toks, len(toks)),
-		Outputs:   ctx.Input().FromInts(outputs, len(outputs)),
-		Positions: pos,
-		Sequences: seqs,
-	}
-	ctx.SetBatchSize(len(toks))
-	out, err := model.Forward(ctx, e.m, b)
-	if err != nil {
-		return nil, fmt.Errorf("goengine: build graph: %w", err)
-	}
-	ctx.Compute(out)
-	return out.Floats(), nil
+	return e.compute(toks, pos, seqs, outputs, true)
 }
