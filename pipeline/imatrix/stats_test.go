@@ -36,7 +36,7 @@ var (
 		"mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp",
 		"linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate",
 		"linear_attn.in_proj_b": "ssm_beta", "linear_attn.in_proj_a": "ssm_alpha",
-		"linear_attn.out_proj": "ssm_out",
+		"linear_attn.out_proj":        "ssm_out",
 		"mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
 		"mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
 	}
