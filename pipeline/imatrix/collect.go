@@ -182,11 +182,15 @@ func allEqual(v []int64) bool {
 // Len is the number of weights with statistics.
 func (c *Collector) Len() int { return len(c.stats) }
 
-// Matrix returns the statistics as a Matrix (sums rounded to float32), with the given metadata.
-func (c *Collector) Matrix(datasets []string, chunkCount, chunkSize int) *Matrix {
+// Matrix returns the statistics as a Matrix (sums rounded to float32), with the given metadata. With exact,
+// the entries also carry the float64 sums (Entry.Exact), for a partial file a run can resume from.
+func (c *Collector) Matrix(datasets []string, chunkCount, chunkSize int, exact bool) *Matrix {
 	m := &Matrix{Datasets: slices.Clone(datasets), ChunkCount: chunkCount, ChunkSize: chunkSize}
 	for name, st := range c.stats {
 		e := Entry{Name: name, Cols: st.cols, Sums: make([]float32, len(st.sums)), Counts: make([]float64, len(st.counts))}
+		if exact {
+			e.Exact = slices.Clone(st.sums)
+		}
 		for i, v := range st.sums {
 			e.Sums[i] = float32(v)
 		}
@@ -229,7 +233,11 @@ func (c *Collector) Add(m *Matrix, file string) error {
 			return &FormatError{File: file, Tensor: e.Name, Msg: fmt.Sprintf("has %d counts, the statistics so far %d", len(e.Counts), len(st.counts))}
 		}
 		for j, v := range e.Sums {
-			st.sums[j] += float64(v)
+			if e.Exact != nil {
+				st.sums[j] += e.Exact[j]
+			} else {
+				st.sums[j] += float64(v)
+			}
 		}
 		for j, v := range e.Counts {
 			st.counts[j] += int64(math.Round(v))

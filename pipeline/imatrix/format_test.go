@@ -181,6 +181,9 @@ func parseHandGGUF(t *testing.T, raw []byte) parsedGGUF {
 			n *= d
 		}
 		start := uint64(data) + offs[i]
+		if p.tensors[i].typ != 0 {
+			continue // only F32 data is decoded
+		}
 		for j := range n {
 			p.tensors[i].data = append(p.tensors[i].data, math.Float32frombits(binary.LittleEndian.Uint32(raw[start+4*j:])))
 		}
@@ -599,3 +602,37 @@ func stripNaN(m *Matrix) *Matrix {
 }
 
 func fsxHash(p string) (int64, string, error) { return fsx.HashFile(p) }
+
+// TestExactSumsAndMetaRoundTrip: the float64 sums of partial files and phonellm's string keys survive a write
+// and a read, and a file whose exact sums disagree with its F32 sums is refused.
+func TestExactSumsAndMetaRoundTrip(t *testing.T) {
+	m := sampleMatrix()
+	m.Meta = map[string]string{"phonellm.imatrix.resume": "abc", "phonellm.z": "z"}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		e.Exact = make([]float64, len(e.Sums))
+		for j, s := range e.Sums {
+			e.Exact[j] = float64(s) * (1 + 1e-12) // rounds to the same float32
+		}
+	}
+	var buf bytes.Buffer
+	if err := m.WriteGGUF(&buf); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadGGUF(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "p.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("read back\n%+v\nwant\n%+v", got, m)
+	}
+	// llama.cpp's view: the exact sums are an extra tensor it ignores.
+	p := parseHandGGUF(t, buf.Bytes())
+	if p.kvs["phonellm.imatrix.resume"] != "abc" || p.tensors[2].name != "blk.0.attn_q.weight.in_sum2_f64" || p.tensors[2].typ != 28 {
+		t.Fatalf("kvs %v, third tensor %+v", p.kvs, p.tensors[2])
+	}
+	m.Entries[0].Exact[1] = 7
+	if err := m.WriteGGUF(&bytes.Buffer{}); err == nil {
+		t.Fatal("inconsistent exact sums written")
+	}
+}

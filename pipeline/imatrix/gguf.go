@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strings"
 
 	"github.com/phonellm/phonellm/internal/half"
@@ -25,7 +26,15 @@ func ReadGGUF(r io.ReaderAt, size int64, name string) (*Matrix, error) {
 	if err := readMeta(f, m); err != nil {
 		return nil, err
 	}
-	type pair struct{ sums, counts, means *gguf.TensorInfo }
+	for _, kv := range f.KVs {
+		if s, ok := kv.Value.V.(string); ok && kv.Key != KeyType && !strings.HasPrefix(kv.Key, "imatrix.") {
+			if m.Meta == nil {
+				m.Meta = map[string]string{}
+			}
+			m.Meta[kv.Key] = s
+		}
+	}
+	type pair struct{ sums, counts, means, exact *gguf.TensorInfo }
 	byName := map[string]*pair{}
 	var order []string
 	for i := range f.Tensors {
@@ -42,6 +51,9 @@ func ReadGGUF(r io.ReaderAt, size int64, name string) (*Matrix, error) {
 			return p
 		}
 		switch {
+		case strings.HasSuffix(t.Name, suffixExact):
+			base = strings.TrimSuffix(t.Name, suffixExact)
+			slot = &get(base).exact
 		case strings.HasSuffix(t.Name, SuffixSums):
 			base = strings.TrimSuffix(t.Name, SuffixSums)
 			slot = &get(base).sums
@@ -91,6 +103,14 @@ func ReadGGUF(r io.ReaderAt, size int64, name string) (*Matrix, error) {
 		e.Counts = make([]float64, len(counts))
 		for i, c := range counts {
 			e.Counts[i] = float64(c)
+		}
+		if p.exact != nil {
+			if p.exact.Type != gguf.TypeF64 || p.exact.NumElements() != nval {
+				return nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("tensor %s is %s of %d values, want F64 of %d", p.exact.Name, p.exact.Type, p.exact.NumElements(), nval)}
+			}
+			if e.Exact, err = readF64(f, p.exact); err != nil {
+				return nil, err
+			}
 		}
 		m.Entries = append(m.Entries, e)
 	}
@@ -150,6 +170,28 @@ func readMeta(f *gguf.File, m *Matrix) error {
 }
 
 func readF32(f *gguf.File, t *gguf.TensorInfo) ([]float32, error) {
+	raw, err := readRaw(f, t)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, len(raw)/4)
+	half.DecodeF32LE(v, raw)
+	return v, nil
+}
+
+func readF64(f *gguf.File, t *gguf.TensorInfo) ([]float64, error) {
+	raw, err := readRaw(f, t)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float64, len(raw)/8)
+	for i := range v {
+		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+	}
+	return v, nil
+}
+
+func readRaw(f *gguf.File, t *gguf.TensorInfo) ([]byte, error) {
 	r, err := f.TensorReader(t.Name)
 	if err != nil {
 		return nil, &FormatError{File: f.Name, Msg: err.Error()}
@@ -158,9 +200,7 @@ func readF32(f *gguf.File, t *gguf.TensorInfo) ([]float32, error) {
 	if _, err := io.ReadFull(r, raw); err != nil {
 		return nil, &FormatError{File: f.Name, Msg: fmt.Sprintf("tensor %s: %v", t.Name, err)}
 	}
-	v := make([]float32, len(raw)/4)
-	half.DecodeF32LE(v, raw)
-	return v, nil
+	return raw, nil
 }
 
 // WriteGGUF writes m in llama.cpp's GGUF imatrix format, as llama-imatrix's save_imatrix does: general.type,
@@ -193,6 +233,19 @@ func (m *Matrix) WriteGGUF(out io.Writer) error {
 			return err
 		}
 	}
+	keys := make([]string, 0, len(m.Meta))
+	for k := range m.Meta {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == KeyType || strings.HasPrefix(k, "imatrix.") {
+			return fmt.Errorf("imatrix: extra metadata key %q would replace a standard one", k)
+		}
+		if err := w.SetKV(k, gguf.String(m.Meta[k])); err != nil {
+			return err
+		}
+	}
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		if i > 0 && e.Name <= m.Entries[i-1].Name {
@@ -204,6 +257,11 @@ func (m *Matrix) WriteGGUF(out io.Writer) error {
 		}
 		if err := w.AddTensor(e.Name+SuffixCounts, gguf.TypeF32, nDims(1, n)); err != nil {
 			return fmt.Errorf("imatrix: entry %q: %w", e.Name, err)
+		}
+		if e.Exact != nil {
+			if err := w.AddTensor(e.Name+suffixExact, gguf.TypeF64, nDims(uint64(e.Cols), n)); err != nil {
+				return fmt.Errorf("imatrix: entry %q: %w", e.Name, err)
+			}
 		}
 	}
 	if err := w.WriteHeader(out); err != nil {
@@ -223,6 +281,15 @@ func (m *Matrix) WriteGGUF(out io.Writer) error {
 		buf = f32Bytes(buf, counts)
 		if err := w.WriteTensor(e.Name+SuffixCounts, buf); err != nil {
 			return err
+		}
+		if e.Exact != nil {
+			buf = buf[:0]
+			for _, x := range e.Exact {
+				buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(x))
+			}
+			if err := w.WriteTensor(e.Name+suffixExact, buf); err != nil {
+				return err
+			}
 		}
 	}
 	return w.Finish()

@@ -20,6 +20,8 @@ const (
 	// SuffixSums and SuffixCounts name an entry's two tensors: NAME.in_sum2 and NAME.counts.
 	SuffixSums   = ".in_sum2"
 	SuffixCounts = ".counts"
+	// suffixExact is NAME.in_sum2_f64, phonellm's float64 copy of in_sum2 in partial files (see Entry.Exact).
+	suffixExact = ".in_sum2_f64"
 	// suffixMeans is NAME.in_sum, the per-column sum of activations newer llama-imatrix builds add; readers
 	// ignore it (only its size is checked against in_sum2, as common/imatrix-loader.cpp does).
 	suffixMeans = ".in_sum"
@@ -46,6 +48,9 @@ type Matrix struct {
 	Legacy bool `json:"legacy,omitempty"`
 	// Entries are sorted by name, names unique.
 	Entries []Entry `json:"entries"`
+	// Meta holds other string metadata of a GGUF imatrix (phonellm's own keys), written after the imatrix
+	// keys in key order; llama.cpp ignores them.
+	Meta map[string]string `json:"meta,omitempty"`
 }
 
 // Entry is the statistics of one weight tensor.
@@ -62,6 +67,10 @@ type Entry struct {
 	Counts []float64 `json:"counts"`
 	// Cols is the row length of the weight (its ggml ne[0]), the number of columns the sums cover.
 	Cols int `json:"cols"`
+	// Exact, when not nil, holds the sums in float64 (Sums are these rounded to float32). Partial files of a
+	// resumable run carry them as NAME.in_sum2_f64 so that a resumed run continues from the same state and
+	// gives the same file as an uninterrupted one; llama.cpp ignores that tensor.
+	Exact []float64 `json:"-"`
 }
 
 // Matrices is the number of matrices (experts) the entry covers.
@@ -102,6 +111,13 @@ func (m *Matrix) check(file string) error {
 		case e.Cols <= 0 || len(e.Sums) != e.Cols*len(e.Counts):
 			return &FormatError{File: file, Tensor: e.Name, Msg: fmt.Sprintf("has %d sums for %d matrices of %d columns",
 				len(e.Sums), len(e.Counts), e.Cols)}
+		case e.Exact != nil && len(e.Exact) != len(e.Sums):
+			return &FormatError{File: file, Tensor: e.Name, Msg: fmt.Sprintf("has %d exact sums for %d sums", len(e.Exact), len(e.Sums))}
+		}
+		for j, x := range e.Exact {
+			if float32(x) != e.Sums[j] && !(x != x && e.Sums[j] != e.Sums[j]) {
+				return &FormatError{File: file, Tensor: e.Name, Msg: fmt.Sprintf("exact sum %d (%v) does not round to its sum (%v)", j, x, e.Sums[j])}
+			}
 		}
 	}
 	return nil

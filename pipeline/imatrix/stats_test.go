@@ -144,7 +144,7 @@ func TestStatisticsMatchReference(t *testing.T) {
 				kh, r, hd = spec.LinearNumKeyHeads, spec.LinearNumValueHeads/spec.LinearNumKeyHeads, spec.LinearValueHeadDim
 			}
 			want := referenceStats(t, ckpt, toks, kh, r, hd)
-			got := c.Matrix(nil, 0, 0)
+			got := c.Matrix(nil, 0, 0, false)
 			compareStats(t, got, want, len(toks))
 		})
 	}
