@@ -563,10 +563,10 @@ func TestRequantize(t *testing.T) {
 		t.Errorf("Q8_0 -> Q8_0: converted %d, requantize %v, %v", p.Converted, p.Requantize, err)
 	}
 	// Input types the kernels cannot read are refused even when allowed.
-	ts[3].Type = gguf.TypeIQ2_XXS
+	ts[3].Type = gguf.TypeMXFP4
 	var ue *UnsupportedError
 	if _, err := Make(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{AllowRequantize: true}); !errors.As(err, &ue) {
-		t.Errorf("IQ2_XXS input: %v, want *UnsupportedError", err)
+		t.Errorf("MXFP4 input: %v, want *UnsupportedError", err)
 	}
 }
 
@@ -643,8 +643,8 @@ func TestOrderAndInputChecks(t *testing.T) {
 		!strings.Contains(err.Error(), "qwen35moe") {
 		t.Errorf("llama: %v", err)
 	}
-	if _, err := Make("qwen3", info, nil, gguf.FileType(19), Overrides{}); !errors.As(err, &ue) {
-		t.Errorf("IQ2_XXS file type: %v", err)
+	if _, err := Make("qwen3", info, nil, gguf.FileType(38), Overrides{}); !errors.As(err, &ue) {
+		t.Errorf("MXFP4_MOE file type: %v", err)
 	}
 	if _, err := Make("qwen3", ModelInfo{BlockCount: 513}, nil, gguf.FileTypeQ8_0, Overrides{}); err == nil {
 		t.Error("block_count 513 accepted")
