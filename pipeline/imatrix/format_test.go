@@ -285,10 +285,10 @@ func TestLoadHandWrittenGGUF(t *testing.T) {
 	}
 	want := []float32{2.0 / 2, 4.0 / 2, 6.0 / 2, 8.0 / 2, 1, 1, 1, 1, 9.0 / 3, 3.0 / 3, 0, float32(0.5) / 3,
 		100.0 / 1000, 200.0 / 1000, 300.0 / 1000, 400.0 / 1000}
-	if got := im.Vectors["blk.3.ffn_up_exps.weight"]; !reflect.DeepEqual(got, want) {
+	if got := vec(t, im, "blk.3.ffn_up_exps.weight"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("experts: %v\nwant %v", got, want)
 	}
-	if got := im.Vectors["blk.3.attn_k.weight"]; !reflect.DeepEqual(got, []float32{float32(1) / 3, float32(2) / 3}) {
+	if got := vec(t, im, "blk.3.attn_k.weight"); !reflect.DeepEqual(got, []float32{float32(1) / 3, float32(2) / 3}) {
 		t.Fatalf("dense: %v", got)
 	}
 }
@@ -327,15 +327,15 @@ func TestLoadHandWrittenDat(t *testing.T) {
 	if !im.Legacy || im.Chunks != 9 || !reflect.DeepEqual(im.Datasets, []string{"wiki.txt"}) {
 		t.Fatalf("metadata %+v", im)
 	}
-	if got := im.Vectors["blk.1.ffn_down_exps.weight"]; !reflect.DeepEqual(got, []float32{2.5, 5, 7.5, 10, 12.5, 15}) {
+	if got := vec(t, im, "blk.1.ffn_down_exps.weight"); !reflect.DeepEqual(got, []float32{2.5, 5, 7.5, 10, 12.5, 15}) {
 		t.Fatalf("experts %v", got)
 	}
-	if got := im.Vectors["blk.0.attn_v.weight"]; !reflect.DeepEqual(got, []float32{1, 3}) {
+	if got := vec(t, im, "blk.0.attn_v.weight"); !reflect.DeepEqual(got, []float32{1, 3}) {
 		t.Fatalf("ncall 0: %v", got)
 	}
 	// The trailer is optional.
 	im, err = Load(writeTemp(t, "short.dat", handDat([]Entry{{Name: "w", Sums: []float32{2}, Counts: []float64{2}}}, false, 0, "")))
-	if err != nil || im.Chunks != 0 || im.Datasets != nil || im.Vectors["w"][0] != 1 {
+	if err != nil || im.Chunks != 0 || im.Datasets != nil || vec(t, im, "w")[0] != 1 {
 		t.Fatalf("no trailer: %+v %v", im, err)
 	}
 }
@@ -414,7 +414,7 @@ func TestWriteDatAsDescribed(t *testing.T) {
 		t.Fatalf("names %v vs %v", gg.Names(), dat.Names())
 	}
 	for _, n := range gg.Names() {
-		a, b := gg.Vectors[n], dat.Vectors[n]
+		a, b := vec(t, gg, n), vec(t, dat, n)
 		for i := range a {
 			if d := math.Abs(float64(a[i] - b[i])); d > 1e-6*math.Abs(float64(a[i])) {
 				t.Errorf("%s[%d]: gguf %v, dat %v", n, i, a[i], b[i])
@@ -635,4 +635,14 @@ func TestExactSumsAndMetaRoundTrip(t *testing.T) {
 	if err := m.WriteGGUF(&bytes.Buffer{}); err == nil {
 		t.Fatal("inconsistent exact sums written")
 	}
+}
+
+// vec returns an entry's importance values, failing the test on a read error.
+func vec(t *testing.T, im *Importance, name string) []float32 {
+	t.Helper()
+	v, err := im.Vector(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -22,9 +22,34 @@ func ReadGGUF(r io.ReaderAt, size int64, name string) (*Matrix, error) {
 	if err != nil {
 		return nil, &FormatError{File: name, Msg: err.Error()}
 	}
+	m, index, err := indexGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	for _, ie := range index {
+		e, err := ie.read(f, true)
+		if err != nil {
+			return nil, err
+		}
+		m.Entries = append(m.Entries, e)
+	}
+	return m, m.check(name)
+}
+
+// ggufEntry locates one entry's tensors in a GGUF imatrix.
+type ggufEntry struct {
+	name                 string
+	cols                 int
+	sums, counts, exact *gguf.TensorInfo
+}
+
+// indexGGUF reads the metadata of a GGUF imatrix and pairs its tensors into entries (sorted by name, checked for
+// types and sizes), without reading any tensor data.
+func indexGGUF(f *gguf.File) (*Matrix, []ggufEntry, error) {
+	name := f.Name
 	m := &Matrix{}
 	if err := readMeta(f, m); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, kv := range f.KVs {
 		if s, ok := kv.Value.V.(string); ok && kv.Key != KeyType && !strings.HasPrefix(kv.Key, "imatrix.") {
@@ -72,61 +97,66 @@ func ReadGGUF(r io.ReaderAt, size int64, name string) (*Matrix, error) {
 		*slot = t
 	}
 	if len(order) > maxEntries {
-		return nil, &FormatError{File: name, Msg: fmt.Sprintf("%d entries, at most %d", len(order), maxEntries)}
+		return nil, nil, &FormatError{File: name, Msg: fmt.Sprintf("%d entries, at most %d", len(order), maxEntries)}
 	}
+	sort.Strings(order)
+	var index []ggufEntry
 	for _, base := range order {
 		p := byName[base]
-		if p.sums == nil || p.counts == nil {
-			continue // only an in_sum: nothing common_imatrix_load would pair (it needs in_sum2 and counts)
+		// Both orphans (an in_sum2 without counts or the reverse) make common_imatrix_load fail; an in_sum alone
+		// is nothing it would pair.
+		if (p.sums == nil) != (p.counts == nil) {
+			return nil, nil, &FormatError{File: name, Tensor: base, Msg: "has no matching in_sum2 and counts tensors"}
+		}
+		if p.sums == nil {
+			continue
 		}
 		if p.means != nil && p.means.NumElements() != p.sums.NumElements() {
-			return nil, &FormatError{File: name, Tensor: base, Msg: "has in_sum and in_sum2 tensors of different sizes"}
+			return nil, nil, &FormatError{File: name, Tensor: base, Msg: "has in_sum and in_sum2 tensors of different sizes"}
 		}
 		for _, t := range []*gguf.TensorInfo{p.sums, p.counts} {
 			if t.Type != gguf.TypeF32 {
-				return nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("tensor %s is %s, want F32", t.Name, t.Type)}
+				return nil, nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("tensor %s is %s, want F32", t.Name, t.Type)}
 			}
 		}
 		nval, ncount := p.sums.NumElements(), p.counts.NumElements()
 		if ncount == 0 || nval == 0 || nval%ncount != 0 {
-			return nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("has %d sums for %d counts; want a whole number of columns per count",
+			return nil, nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("has %d sums for %d counts; want a whole number of columns per count",
 				nval, ncount)}
 		}
-		e := Entry{Name: base, Cols: int(nval / ncount)}
-		if e.Sums, err = readF32(f, p.sums); err != nil {
-			return nil, err
+		if p.exact != nil && (p.exact.Type != gguf.TypeF64 || p.exact.NumElements() != nval) {
+			return nil, nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("tensor %s is %s of %d values, want F64 of %d",
+				p.exact.Name, p.exact.Type, p.exact.NumElements(), nval)}
 		}
-		counts, err := readF32(f, p.counts)
-		if err != nil {
-			return nil, err
-		}
-		e.Counts = make([]float64, len(counts))
-		for i, c := range counts {
-			e.Counts[i] = float64(c)
-		}
-		if p.exact != nil {
-			if p.exact.Type != gguf.TypeF64 || p.exact.NumElements() != nval {
-				return nil, &FormatError{File: name, Tensor: base, Msg: fmt.Sprintf("tensor %s is %s of %d values, want F64 of %d", p.exact.Name, p.exact.Type, p.exact.NumElements(), nval)}
-			}
-			if e.Exact, err = readF64(f, p.exact); err != nil {
-				return nil, err
-			}
-		}
-		m.Entries = append(m.Entries, e)
+		index = append(index, ggufEntry{name: base, cols: int(nval / ncount), sums: p.sums, counts: p.counts, exact: p.exact})
 	}
-	// Both orphans (an in_sum2 without counts or the reverse) make common_imatrix_load fail.
-	for _, base := range order {
-		if p := byName[base]; (p.sums == nil) != (p.counts == nil) {
-			return nil, &FormatError{File: name, Tensor: base, Msg: "has no matching in_sum2 and counts tensors"}
+	if len(index) == 0 {
+		return nil, nil, &FormatError{File: name, Msg: "no importance data (no NAME.in_sum2 / NAME.counts tensors)"}
+	}
+	return m, index, nil
+}
+
+// read reads the entry's data (its exact sums too when exact is set).
+func (ie ggufEntry) read(f *gguf.File, exact bool) (Entry, error) {
+	e := Entry{Name: ie.name, Cols: ie.cols}
+	var err error
+	if e.Sums, err = readF32(f, ie.sums); err != nil {
+		return Entry{}, err
+	}
+	counts, err := readF32(f, ie.counts)
+	if err != nil {
+		return Entry{}, err
+	}
+	e.Counts = make([]float64, len(counts))
+	for i, c := range counts {
+		e.Counts[i] = float64(c)
+	}
+	if exact && ie.exact != nil {
+		if e.Exact, err = readF64(f, ie.exact); err != nil {
+			return Entry{}, err
 		}
 	}
-	if len(m.Entries) == 0 {
-		return nil, &FormatError{File: name, Msg: "no importance data (no NAME.in_sum2 / NAME.counts tensors)"}
-	}
-	if err := m.sortEntries(name); err != nil {
-		return nil, err
-	}
-	return m, m.check(name)
+	return e, nil
 }
 
 // readMeta reads the imatrix.* keys; all three are required, as llama-quantize requires them.
