@@ -38,8 +38,8 @@ func ReadGGUF(r io.ReaderAt, size int64, name string) (*Matrix, error) {
 
 // ggufEntry locates one entry's tensors in a GGUF imatrix.
 type ggufEntry struct {
-	name                 string
-	cols                 int
+	name                string
+	cols                int
 	sums, counts, exact *gguf.TensorInfo
 }
 
