@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
 
@@ -24,6 +25,8 @@ type Importance struct {
 	Chunks int `json:"chunks"`
 	// Legacy is true for a legacy-format file.
 	Legacy bool `json:"legacy,omitempty"`
+	// SHA256 is the file's sha256 (set by Load).
+	SHA256 string `json:"sha256,omitempty"`
 
 	names  []string       // sorted
 	sizes  map[string]int // values per entry
@@ -66,6 +69,19 @@ func (im *Importance) Close() error {
 // for a GGUF file only the index stays in memory and Vector reads one entry at a time, for the legacy format
 // the whole file is held.
 func Load(path string) (*Importance, error) {
+	_, sum, err := fsx.HashFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("imatrix: %w", err)
+	}
+	im, err := load(path)
+	if err != nil {
+		return nil, err
+	}
+	im.SHA256 = sum
+	return im, nil
+}
+
+func load(path string) (*Importance, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("imatrix: %w", err)

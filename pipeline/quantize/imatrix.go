@@ -70,7 +70,7 @@ func checkImatrix(qp plan.Plan, im *imatrix.Importance, name string, rep pipelin
 	if name == "" {
 		name = im.File
 	}
-	u := &ImatrixUse{File: truncate(name, maxImatrixKV), Entries: im.Len(), Chunks: im.Chunks}
+	u := &ImatrixUse{File: truncate(name, maxImatrixKV), SHA256: im.SHA256, Entries: im.Len(), Chunks: im.Chunks}
 	if len(im.Datasets) > 0 {
 		u.Dataset = truncate(im.Datasets[0], maxImatrixKV)
 	}

@@ -36,7 +36,14 @@ type Options struct {
 	// ImatrixName is the value of quantize.imatrix.file; default Imatrix.File (llama-quantize records the
 	// --imatrix argument as given).
 	ImatrixName string
+	// Meta is more metadata to append after the keys llama-quantize writes (phonellm's own keys, such as the
+	// rules of an automatic mix); an existing key is moved to the end with the new value.
+	Meta []gguf.KV
 }
+
+// KeyImatrixSHA256 records the sha256 of the importance matrix file (phonellm's key; llama-quantize records
+// only the file name).
+const KeyImatrixSHA256 = "phonellm.quantize.imatrix.sha256"
 
 // Validate checks the options without touching files.
 func (o Options) Validate() error {
@@ -78,6 +85,7 @@ type Result struct {
 // ImatrixUse is what a quantization took from its importance matrix (and recorded in quantize.imatrix.*).
 type ImatrixUse struct {
 	File    string `json:"file"`
+	SHA256  string `json:"sha256,omitempty"`
 	Dataset string `json:"dataset,omitempty"`
 	Entries int    `json:"entries"`
 	Chunks  int    `json:"chunks,omitempty"`
@@ -95,8 +103,8 @@ const (
 	KeyImatrixChunks  = "quantize.imatrix.chunks_count"
 )
 
-// MakeSourcePlan computes the plan for a Source.
-func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.Plan, error) {
+// ModelInfo reads the hyperparameters the type rules need from a Source's metadata.
+func ModelInfo(src *Source) (plan.ModelInfo, error) {
 	kv := make(map[string]any, len(src.KVs))
 	for _, e := range src.KVs {
 		if a, ok := e.Value.V.(gguf.Array); ok {
@@ -107,7 +115,16 @@ func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.P
 	}
 	info, err := plan.ModelInfoFromMetadata(src.Arch, kv)
 	if err != nil {
-		return plan.Plan{}, fmt.Errorf("%s: %w", src.Name, err)
+		return plan.ModelInfo{}, fmt.Errorf("%s: %w", src.Name, err)
+	}
+	return info, nil
+}
+
+// MakeSourcePlan computes the plan for a Source.
+func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.Plan, error) {
+	info, err := ModelInfo(src)
+	if err != nil {
+		return plan.Plan{}, err
 	}
 	descs := make([]plan.TensorDesc, len(src.Tensors))
 	for i, t := range src.Tensors {
@@ -186,6 +203,16 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		w.SetKV(KeyImatrixEntries, gguf.Uint32(uint32(u.Entries)))
 		if u.Chunks > 0 {
 			w.SetKV(KeyImatrixChunks, gguf.Uint32(uint32(u.Chunks)))
+		}
+		if u.SHA256 != "" {
+			w.DeleteKV(KeyImatrixSHA256)
+			w.SetKV(KeyImatrixSHA256, gguf.String(u.SHA256))
+		}
+	}
+	for _, kv := range o.Meta {
+		w.DeleteKV(kv.Key)
+		if err := w.SetKV(kv.Key, kv.Value); err != nil {
+			return res, fmt.Errorf("quantize: %w", err)
 		}
 	}
 	for _, e := range qp.Entries {
