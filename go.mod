@@ -8,12 +8,12 @@ require (
 	github.com/dlclark/regexp2 v1.11.4
 	github.com/ollama/ollama v0.24.0
 	github.com/spf13/cobra v1.10.2
+	go.yaml.in/yaml/v3 v3.0.4
 	golang.org/x/crypto v0.43.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
 	golang.org/x/text v0.30.0
-	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

@@ -2,11 +2,15 @@ package pipeline
 
 import "context"
 
-// TensorInfo describes a tensor of a Hugging Face checkpoint: its name as stored, its dtype ("F32", "F16",
-// "BF16") and its shape in PyTorch order (the last dimension varies fastest).
+// TensorInfo describes a tensor of a Hugging Face checkpoint: its name as stored, its dtype and its shape in
+// PyTorch order (the last dimension varies fastest).
+//
+// A row is one run of the last dimension (ggml's ne[0], the unit quantization blocks and matrix products work
+// in): a tensor of shape [E, out, in] has E·out rows of in values, a 1-D tensor is one row. This is the only
+// meaning of "row" in phonellm; the safetensors reader itself reads element ranges.
 type TensorInfo struct {
 	Name  string  `json:"name"`
-	DType string  `json:"dtype"`
+	DType DType   `json:"dtype"`
 	Shape []int64 `json:"shape"`
 }
 
@@ -19,7 +23,7 @@ func (t TensorInfo) NumElements() int64 {
 	return n
 }
 
-// RowLen is the length of one row: the last dimension (the whole tensor for 1-D tensors).
+// RowLen is the length of one row: the last dimension (the whole tensor for 1-D tensors, 1 for a scalar).
 func (t TensorInfo) RowLen() int64 {
 	if len(t.Shape) == 0 {
 		return 1

@@ -60,7 +60,7 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 			}
 			defer eng.Close()
 			if vs {
-				cr, err := bench.Compare(a.ctx, eng, bench.CompareOptions{OracleDir: getenv("PHONELLM_ORACLE_DIR", ""),
+				cr, err := bench.Compare(a.ctx, eng, bench.CompareOptions{
 					Threads: eng.Info().Threads, FlashAttention: ef.flashAttn, PromptTokens: vsPrompt, GenerateTokens: vsGen, Repeats: o.Repeats})
 				if err != nil {
 					return err

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ func newConvertCmd(a *app) *cobra.Command {
 	var o convert.Options
 	var outType string
 	var loras []string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "convert [--model DIR] [--outtype f16|bf16|f32] [-o OUT.gguf]",
 		Short: "Convert a Hugging Face checkpoint to an unquantized GGUF (F32, F16 or BF16)",
@@ -35,22 +37,29 @@ base) is converted. --lora applies adapters on the fly, without writing a merged
 				return err
 			}
 			defer in.close()
-			o.Model, o.Source = in.dir, in.source
+			o.Model = in.dir
+			oneOff := in.explicit || cmd.Flags().Changed("name")
+			if in.ws != nil {
+				oneOff = oneOff || oneOffOut(o.Out, in.ws.Root)
+				if o.Out == "" {
+					o.Out = in.ws.Root
+				}
+			}
 			if o.Name == "" {
 				o.Name = in.name
 			}
-			if o.Out == "" && in.ws != nil {
-				o.Out = in.ws.Root
-			}
-			res, err := convert.Run(a.ctx, o, a.reporter())
-			if err != nil {
-				return err
-			}
-			if in.ws != nil {
-				if err := in.ws.Record(workspace.Record{Stage: "convert", Key: in.key(map[string]any{"outtype": string(res.OutType)}),
-					Inputs: in.inputs, Artifacts: res.Artifacts}); err != nil {
-					a.io.Warnf("workspace state not updated: %v", err)
+			step := workspace.Step{Stage: "convert", Inputs: in.inputs, OneOff: oneOff, Force: force,
+				Options: map[string]any{"outtype": string(o.OutType), "out": o.Out, "name": o.Name, "keep_mtp": o.KeepMTP}}
+			var res convert.Result
+			if _, err := runStage(a, in.ws, step, in.stageFrom(), &res, func() (convert.Result, []pipeline.Artifact, error) {
+				if err := in.open(a); err != nil {
+					return convert.Result{}, nil, err
 				}
+				o.Source = in.source
+				res, err := convert.Run(a.ctx, o, a.reporter())
+				return res, res.Artifacts, err
+			}); err != nil {
+				return err
 			}
 			return a.io.Result(res, func(w io.Writer) {
 				for _, art := range res.Artifacts {
@@ -71,5 +80,6 @@ base) is converted. --lora applies adapters on the fly, without writing a merged
 	f.BoolVar(&o.KeepMTP, "keep-mtp", false, "keep the Qwen3.5 multi-token-prediction block (needs llama.cpp ≥ b9180 on the phone)")
 	f.StringVar(&o.Name, "name", "", "general.name and output file name (default: from the model)")
 	f.StringArrayVar(&loras, "lora", nil, "apply a PEFT LoRA adapter on the fly (repeatable; PATH or PATH:WEIGHT)")
+	f.BoolVar(&force, "force", false, "convert again even when the output is up to date")
 	return cmd
 }

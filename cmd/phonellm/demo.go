@@ -12,7 +12,7 @@ import (
 func init() { register("run", newDemoCmd) }
 
 // demoSteps is the pipeline the demo runs, each step a phonellm command line run in-process against the demo
-// workspace, exactly as a user would type it.
+// workspace, exactly as a user would type it in the workspace folder.
 func demoSteps() [][]string {
 	return [][]string{
 		{"inspect", "--tensors=false", "base"},
@@ -59,15 +59,11 @@ other, printing each stage's result — the same commands you would type for a r
 			}
 			steps := append([][]string{{"init", "--dir", dir, "--base", "base", "--lora", "adapter", "--name", "tiny-fraud",
 				"--phone", "8gb", "--force"}}, demoSteps()...)
-			os.Setenv("PHONELLM_WORKSPACE", dir)
-			wd, _ := os.Getwd()
-			if err := os.Chdir(dir); err != nil {
-				return err
-			}
-			defer os.Chdir(wd)
 			for _, step := range steps {
 				a.io.Printf("\n%s phonellm %s\n", a.io.Styled("accent", "▶"), joinArgs(step))
-				if code := run(a.ctx, step, a.io); code != exitOK {
+				// The steps run in the demo's workspace (runIn), not by changing this process's environment or
+				// working directory; a file named in a step is in the workspace folder.
+				if code := runIn(a.ctx, inWorkspace(dir, step), a.io, dir); code != exitOK {
 					return withCode(code, fmt.Errorf("demo step 'phonellm %s' failed", joinArgs(step)), "")
 				}
 			}
@@ -78,6 +74,18 @@ other, printing each stage's result — the same commands you would type for a r
 	cmd.Flags().StringVar(&dir, "dir", "", "folder for the demo workspace (default: a new temporary folder)")
 	cmd.Flags().StringVar(&preset, "preset", "qwen35", "tiny model preset (qwen2, qwen3, qwen3moe, qwen35, qwen35moe)")
 	return cmd
+}
+
+// inWorkspace makes the file a step names (inspect's argument) a path in the workspace folder dir, as it is
+// for a person who typed the step there.
+func inWorkspace(dir string, step []string) []string {
+	out := append([]string(nil), step...)
+	if len(out) > 1 && out[0] == "inspect" {
+		if last := out[len(out)-1]; !filepath.IsAbs(last) {
+			out[len(out)-1] = filepath.Join(dir, last)
+		}
+	}
+	return out
 }
 
 func joinArgs(args []string) string {

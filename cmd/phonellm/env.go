@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
+
+	"github.com/phonellm/phonellm/internal/home"
 )
 
 // envVar is one environment variable phonellm reads. The table is the single place they are declared; it also
@@ -39,6 +41,9 @@ func getenv(name, fallback string) string {
 	}
 	return fallback
 }
+
+// phonellmHome is $PHONELLM_HOME (default ~/.cache/phonellm): phonellm's own cache (package internal/home).
+func phonellmHome() string { return home.Dir() }
 
 func printEnvironment(w io.Writer) {
 	fmt.Fprintln(w, "Environment variables read by phonellm:")

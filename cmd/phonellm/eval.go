@@ -64,7 +64,7 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 			if err != nil {
 				return err
 			}
-			if ws, _ := findWorkspace(); ws != nil {
+			if ws, _ := a.findWorkspace(); ws != nil {
 				key := workspace.Key(map[string]string{"candidate": o.Dist.Candidate, "dataset": o.Task.Dataset}, map[string]any{"endpoint": endpoint, "vs": vs})
 				if err := ws.Record(workspace.Record{Stage: "eval", Key: key, Options: map[string]any{"result": res}}); err != nil {
 					a.io.Warnf("workspace state not updated: %v", err)

@@ -5,12 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/phonellm/phonellm/pipeline/checkpoint"
-	"github.com/phonellm/phonellm/pipeline/fit"
-	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/gguf/convert"
-	"github.com/phonellm/phonellm/pipeline/merge"
-	"github.com/phonellm/phonellm/pipeline/quantize/plan"
+	"github.com/phonellm/phonellm/pipeline"
 )
 
 // Exit codes. They are part of the command-line contract and documented in README.md.
@@ -24,9 +19,11 @@ const (
 	exitInterrupted = 130 // interrupted by Ctrl-C / SIGTERM; nothing half-written was left behind
 )
 
-// exitError carries an exit code and an optional hint for people.
+// exitError carries an exit code and an optional hint for people. Stage errors need none: they classify
+// themselves (pipeline.IsInputError, IsRemoteError, IsCheckFailed) and exitCode maps the class. exitError is for
+// what only cmd knows: a bad command line, a verdict cmd itself computed, a hint.
 type exitError struct {
-	code int
+	code int // 0: take the code from the wrapped error's class
 	err  error
 	hint string
 }
@@ -42,43 +39,58 @@ func withCode(code int, err error, hint string) error {
 	return &exitError{code: code, err: err, hint: hint}
 }
 
+// withHint adds a hint for people to err; the exit code still comes from err's class.
+func withHint(err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{err: err, hint: hint}
+}
+
 // usageError is a bad command line.
 func usageError(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// inputErrorKinds lists the error types that mean "this input is bad" (exit 3). Stage packages with their own
-// FormatError/UnsupportedError register here.
-var inputErrorKinds = []func(error) bool{
-	func(err error) bool { var e *gguf.FormatError; return errors.As(err, &e) },
-	func(err error) bool { var e *gguf.UnsupportedError; return errors.As(err, &e) },
-	checkpoint.IsInputError,
-	func(err error) bool { var e *convert.ConfigError; return errors.As(err, &e) },
-	func(err error) bool { var e *convert.UnsupportedError; return errors.As(err, &e) },
-	func(err error) bool { var e *merge.FormatError; return errors.As(err, &e) },
-	func(err error) bool { var e *merge.UnsupportedError; return errors.As(err, &e) },
-	func(err error) bool { var e *fit.FormatError; return errors.As(err, &e) },
-	func(err error) bool { var e *plan.UnsupportedError; return errors.As(err, &e) },
-}
+// hinter is an error that suggests what to do (publish.HubError does).
+type hinter interface{ Hint() string }
 
-// exitCode maps an error to the process exit code and a hint.
+// exitCode maps an error to the process exit code and a hint: an explicit code from cmd first, then Ctrl-C,
+// then the class the error reports about itself (pipeline/errors.go), else 1.
 func exitCode(ctx context.Context, err error) (int, string) {
 	if err == nil {
 		return exitOK, ""
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code, ee.hint
-	}
-	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
-		return exitInterrupted, ""
-	}
-	for _, is := range inputErrorKinds {
-		if is(err) {
-			return exitBadInput, ""
+	// cmd's own code and hint (the outermost of each) come first, then a hint the error itself offers.
+	code, hint := 0, ""
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if ee, ok := e.(*exitError); ok {
+			if hint == "" {
+				hint = ee.hint
+			}
+			if code == 0 {
+				code = ee.code
+			}
 		}
 	}
-	return exitFailure, ""
+	var h hinter
+	if hint == "" && errors.As(err, &h) {
+		hint = h.Hint()
+	}
+	if code != 0 {
+		return code, hint
+	}
+	switch {
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		return exitInterrupted, ""
+	case pipeline.IsCheckFailed(err):
+		return exitVerdict, hint
+	case pipeline.IsInputError(err):
+		return exitBadInput, hint
+	case pipeline.IsRemoteError(err):
+		return exitRemote, hint
+	}
+	return exitFailure, hint
 }
 
 // asErr is errors.As, spelled short for the command files.

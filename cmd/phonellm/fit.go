@@ -48,7 +48,7 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 				o.FileType = ft
 			}
 			if o.Phone == "" {
-				if ws, _ := findWorkspace(); ws != nil {
+				if ws, _ := a.findWorkspace(); ws != nil {
 					o.Phone = ws.Project.Phone
 				}
 			}

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path"
 	"strings"
 
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
-	"github.com/phonellm/phonellm/pipeline/publish"
 )
 
 // baseFiles says which files of a Hub model repo a base checkpoint needs: weights, config, tokenizer,
@@ -42,7 +43,7 @@ func downloadBase(a *app, id string) (string, error) {
 	dir, files, err := hfhub.New().Snapshot(a.ctx, repo, rev, baseFile, rep.Add)
 	rep.End(step, err)
 	if err != nil {
-		return "", withCode(exitRemote, fmt.Errorf("download %s@%s: %w", repo, rev, err), hubHint(err))
+		return "", remoteErr(fmt.Errorf("download %s@%s: %w", repo, rev, err))
 	}
 	for _, f := range files {
 		if strings.HasSuffix(f.Info.Path, ".safetensors") {
@@ -52,21 +53,12 @@ func downloadBase(a *app, id string) (string, error) {
 	return "", fmt.Errorf("%s@%s has no safetensors weights (phonellm needs the 16-bit Hugging Face checkpoint)", repo, rev)
 }
 
-// hubHint returns the Hub error's hint for people, if it has one.
-func hubHint(err error) string {
-	var he *publish.HubError
-	if asErr(err, &he) {
-		return he.Hint()
-	}
-	return ""
-}
-
-// remoteErr gives errors from the Hub the remote exit code and the Hub's hint; other errors pass unchanged.
+// remoteErr classifies a network failure on the way to the Hub as remote (exit 5). The Hub's own answers
+// (publish.HubError, hfhub.HTTPError, …) classify themselves and pass unchanged, as do all other errors.
 func remoteErr(err error) error {
-	var he *publish.HubError
 	var ne net.Error
-	if asErr(err, &he) || asErr(err, &ne) {
-		return withCode(exitRemote, err, hubHint(err))
+	if errors.As(err, &ne) && !pipeline.IsRemoteError(err) && !pipeline.IsInputError(err) {
+		return pipeline.RemoteError(err)
 	}
 	return err
 }

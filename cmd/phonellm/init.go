@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
@@ -90,7 +91,7 @@ func resolveBase(a *app, wsDir, base string) (string, error) {
 	if looksLikeHubID(base) {
 		return downloadBase(a, base)
 	}
-	return "", fmt.Errorf("base %q: no such folder, and not a Hub id (org/name)", base)
+	return "", pipeline.InputError(fmt.Errorf("base %q: no such folder, and not a Hub id (org/name)", base))
 }
 
 func looksLikeHubID(s string) bool {

@@ -115,8 +115,8 @@ func inspectHF(dir string) (*inspectResult, error) {
 		DTypes: map[string]int{}}
 	for _, t := range ck.Tensors() {
 		b := ck.Bytes(t.Name)
-		res.Tensors = append(res.Tensors, inspectTensor{Name: t.Name, Type: t.DType, Shape: t.Shape, Bytes: b})
-		res.DTypes[t.DType]++
+		res.Tensors = append(res.Tensors, inspectTensor{Name: t.Name, Type: string(t.DType), Shape: t.Shape, Bytes: b})
+		res.DTypes[string(t.DType)]++
 		res.TotalBytes += b
 		res.Parameters += t.NumElements()
 	}

@@ -22,6 +22,7 @@ func newMergeCmd(a *app) *cobra.Command {
 	var loras []string
 	var shard int64
 	var threads int
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "merge [--base DIR] --lora ADAPTER[:WEIGHT]... [-o OUT_DIR]",
 		Short: "Merge PEFT LoRA adapters into the 16-bit base checkpoint (streaming)",
@@ -40,11 +41,12 @@ merge on the fly with --lora.`,
 			if err != nil {
 				return err
 			}
-			ws, err := findWorkspace()
+			ws, err := a.findWorkspace()
 			if err != nil {
 				return err
 			}
-			name := ""
+			name, oneOff := "", false
+			from := map[string]string{"base": "--base"}
 			if base == "" {
 				if ws == nil {
 					return usageError("no --base given and no workspace here")
@@ -52,12 +54,16 @@ merge on the fly with --lora.`,
 				if base, err = resolveBase(a, ws.Root, ws.Project.Base); err != nil {
 					return err
 				}
+				from["base"] = "the workspace's base"
+				project := workspaceAdapters(ws)
 				if len(refs) == 0 {
-					for _, p := range ws.Project.Adapters {
-						refs = append(refs, adapterRef{Path: ws.Path(p), Weight: 1})
-					}
+					refs = project
+				} else if !sameAdapters(refs, project) {
+					oneOff = true
 				}
 				name = ws.Project.Name
+			} else {
+				oneOff = true // merge.Run explains a GGUF or a file given as the base
 			}
 			if len(refs) == 0 {
 				return usageError("no adapter: pass --lora DIR (or list adapters in phonellm.yaml)")
@@ -65,51 +71,52 @@ merge on the fly with --lora.`,
 			if name == "" {
 				name = filepath.Base(filepath.Clean(base))
 			}
-			if out == "" {
-				dir := filepath.Dir(filepath.Clean(base))
-				if ws != nil {
-					dir = ws.Root
-				}
-				out = filepath.Join(dir, name+"-merged")
+			dir := filepath.Dir(filepath.Clean(base))
+			if ws != nil {
+				dir = ws.Root
 			}
-			inputs := map[string]string{}
-			fp, err := workspace.Fingerprint(base)
+			def := filepath.Join(dir, name+"-merged")
+			oneOff = oneOff || oneOffOut(out, def)
+			if out == "" {
+				out = def
+			}
+			bin, err := workspace.NewInput("base", base, "")
 			if err != nil {
 				return err
 			}
-			inputs["base"] = fp
+			ads, err := adapterInputs(refs)
+			if err != nil {
+				return err
+			}
 			var mrefs []merge.AdapterRef
-			for i, r := range refs {
-				fp, err := workspace.Fingerprint(r.Path)
-				if err != nil {
-					return fmt.Errorf("adapter %s: %w", r.Path, err)
-				}
-				inputs[fmt.Sprintf("adapter%d", i)] = fmt.Sprintf("%s*%g", fp, r.Weight)
+			for _, r := range refs {
 				mrefs = append(mrefs, merge.AdapterRef{Path: r.Path, Weight: r.Weight})
 			}
-			key := workspace.Key(inputs, map[string]any{"out": out, "shard": shard})
-			if ws != nil {
-				if rec := ws.UpToDate("merge", key); rec != nil {
-					a.io.Printf("%s is up to date (inputs unchanged); nothing to do\n", out)
-					return a.io.Result(rec, func(w io.Writer) { fmt.Fprintln(w, out) })
+			step := workspace.Step{Stage: "merge", Inputs: append([]workspace.Input{bin}, ads...),
+				Options: map[string]any{"out": out, "shard": shard}, OneOff: oneOff, Force: force}
+			var res merge.Result
+			skipped, err := runStage(a, ws, step, from, &res, func() (merge.Result, []pipeline.Artifact, error) {
+				res, err := merge.Run(a.ctx, merge.Options{Base: base, Adapters: mrefs, Out: out, MaxShardBytes: shard, Threads: threads,
+					HashCache: filepath.Join(phonellmHome(), "hashes")}, a.reporter())
+				if err != nil {
+					return res, nil, err
 				}
-			}
-			res, err := merge.Run(a.ctx, merge.Options{Base: base, Adapters: mrefs, Out: out, MaxShardBytes: shard, Threads: threads,
-				HashCache: filepath.Join(phonellmHome(), "hashes")}, a.reporter())
+				return res, append([]pipeline.Artifact{{Path: res.Out, Kind: mergedKind, Size: res.Bytes}}, res.Artifacts...), nil
+			})
 			if err != nil {
 				return err
 			}
-			if ws != nil {
-				if err := ws.Record(workspace.Record{Stage: "merge", Key: key, Inputs: inputs,
-					Artifacts: append([]pipeline.Artifact{{Path: res.Out, Kind: mergedKind, Size: res.Bytes}}, res.Artifacts...)}); err != nil {
-					a.io.Warnf("workspace state not updated: %v", err)
-				}
+			if res.Out == "" { // skipped, recorded before results were kept
+				res.Out = out
 			}
-			if res.Untied {
+			if res.Untied && !skipped {
 				a.io.Warnf("the adapter changes the tied embedding/lm_head: the merged checkpoint has both, untied (tie_word_embeddings=false)")
 			}
 			return a.io.Result(res, func(w io.Writer) {
 				fmt.Fprintf(w, "%s\n", res.Out)
+				if skipped && res.Report == nil {
+					return
+				}
 				changed := 0
 				if res.Report != nil {
 					changed = len(res.Report.Tensors)
@@ -124,5 +131,6 @@ merge on the fly with --lora.`,
 	f.StringVarP(&out, "out", "o", "", "output folder (default <name>-merged next to the workspace)")
 	f.Int64Var(&shard, "max-shard-size", 0, "bytes of tensors per safetensors shard (default 5 GB)")
 	f.IntVar(&threads, "threads", 0, "worker threads (default: all cores)")
+	f.BoolVar(&force, "force", false, "merge again even when the output is up to date")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
 )
@@ -24,7 +25,7 @@ func resolveGGUF(a *app, arg string) (string, error) {
 		loc, err := hfhub.New().Download(a.ctx, ref.Repo, ref.Revision, ref.File, rep.Add)
 		rep.End(step, err)
 		if err != nil {
-			return "", withCode(exitRemote, err, hubHint(err))
+			return "", remoteErr(err)
 		}
 		return loc.Path, nil
 	}
@@ -40,15 +41,18 @@ func resolveGGUF(a *app, arg string) (string, error) {
 		f.Close()
 		return arg, nil
 	}
-	ws, err := findWorkspace()
+	ws, err := a.findWorkspace()
 	if err != nil {
 		return "", err
 	}
 	if ws == nil {
 		return "", usageError("no MODEL given and no workspace here (pass a GGUF file or hf://org/repo/file.gguf)")
 	}
-	if art, ok := ws.LatestArtifact("gguf", "quantize", "convert"); ok {
+	if art, rec, ok := ws.LatestOutput("gguf", "quantize", "convert"); ok {
+		if a.io.Verbose {
+			a.io.Printf("reads model %s (the workspace's %s output)\n", art.Path, rec.Stage)
+		}
 		return art.Path, nil
 	}
-	return "", fmt.Errorf("workspace %s has no GGUF yet: run 'phonellm quantize' first", ws.Root)
+	return "", pipeline.InputError(fmt.Errorf("workspace %s has no GGUF yet: run 'phonellm quantize' first", ws.Root))
 }

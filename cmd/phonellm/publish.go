@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline"
@@ -43,7 +43,7 @@ meant (size and sha256). Prints the commit URL and the resolve URLs with sha256 
 
 Without FILES, the workspace's newest quantized GGUFs are published to the workspace's hub.repo.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := findWorkspace()
+			ws, err := a.findWorkspace()
 			if err != nil {
 				return err
 			}
@@ -53,12 +53,13 @@ Without FILES, the workspace's newest quantized GGUFs are published to the works
 					return usageError("no FILES given and no workspace here")
 				}
 				for _, r := range ws.State.Records {
-					if r.Stage != "quantize" {
+					if r.Stage != "quantize" || r.OneOff {
 						continue
 					}
 					for _, art := range r.Artifacts {
-						if art.Kind == "gguf" && !containsStr(files, ws.Path(art.Path)) {
-							files = append(files, ws.Path(art.Path))
+						p := ws.Path(art.Path)
+						if _, err := os.Stat(p); art.Kind == "gguf" && err == nil && !containsStr(files, p) {
+							files = append(files, p)
 						}
 					}
 				}

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/quantize"
@@ -24,30 +26,41 @@ type quantizeFlags struct {
 	dryRun, pure, requant bool
 	outputType, embdType  string
 	tensorTypes           []string
-	keepMTP               bool
+	keepMTP, force        bool
 }
 
 func newQuantizeCmd(a *app) *cobra.Command {
 	var fl quantizeFlags
 	cmd := &cobra.Command{
-		Use:   "quantize TYPE [--in F16.gguf | --model DIR] [-o OUT.gguf]",
+		Use:   "quantize [TYPE] [--in F16.gguf | --model DIR] [-o OUT.gguf]",
 		Short: "Quantize to GGUF (q4_k_m, q8_0, …) with llama-quantize's per-tensor types, bit for bit",
 		Long: `Quantize a model with the per-tensor type plan and the reference kernels of llama-quantize (no importance
 matrix): the output's tensor bytes equal llama-quantize's for the same input and type.
 
 The input is an F32/F16/BF16 GGUF (--in), a Hugging Face checkpoint converted on the fly without an intermediate
 file (--model, optionally with --lora adapters merged on the fly), or, with neither, the workspace's newest
-converted GGUF, merged checkpoint or base model.
+converted GGUF or merged checkpoint, else its base model with its adapters merged on the fly. TYPE defaults to
+the workspace's quant (phonellm.yaml).
 
 Types: ` + strings.Join(fileTypeNames(), ", ") + ` (case-insensitive).`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ft, err := gguf.ParseFileType(args[0])
-			if err != nil {
-				return usageError("%v", err)
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			} else {
+				ws, err := a.findWorkspace()
+				if err != nil {
+					return err
+				}
+				if ws == nil || ws.Project.Quant == "" {
+					return usageError("no TYPE given and no workspace default (quant: in phonellm.yaml); valid types: %s", strings.Join(fileTypeNames(), ", "))
+				}
+				name = ws.Project.Quant
 			}
-			if _, ok := plan.DefaultType(ft); !ok {
-				return usageError("quantization type %s is not supported (valid: %s)", ft, strings.Join(fileTypeNames(), ", "))
+			ft, err := parseQuantType(name)
+			if err != nil {
+				return err
 			}
 			ov, err := fl.overrides()
 			if err != nil {
@@ -69,6 +82,7 @@ Types: ` + strings.Join(fileTypeNames(), ", ") + ` (case-insensitive).`,
 	f.StringVar(&fl.embdType, "token-embedding-type", "", "type for token_embd.weight")
 	f.StringArrayVar(&fl.tensorTypes, "tensor-type", nil, "REGEX=TYPE override for matching tensors (repeatable, first match wins)")
 	f.BoolVar(&fl.keepMTP, "keep-mtp", false, "with --model: keep the Qwen3.5 MTP block")
+	f.BoolVar(&fl.force, "force", false, "quantize again even when the output is up to date")
 	return cmd
 }
 
@@ -80,6 +94,23 @@ func fileTypeNames() []string {
 		}
 	}
 	return names
+}
+
+// parseQuantType parses a quantization type name, suggesting the closest valid one for a near miss (q4km →
+// q4_k_m).
+func parseQuantType(name string) (gguf.FileType, error) {
+	names := fileTypeNames()
+	ft, err := gguf.ParseFileType(name)
+	if err == nil {
+		if _, ok := plan.DefaultType(ft); ok {
+			return ft, nil
+		}
+		return 0, usageError("quantization type %s is not supported (valid: %s)", ft, strings.Join(names, ", "))
+	}
+	if s := didYouMean(name, names); s != "" {
+		return 0, usageError("unknown quantization type %q; did you mean %s? (valid: %s)", name, s, strings.Join(names, ", "))
+	}
+	return 0, usageError("unknown quantization type %q (valid: %s)", name, strings.Join(names, ", "))
 }
 
 func (fl quantizeFlags) overrides() (plan.Overrides, error) {
@@ -116,88 +147,146 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 	if threads == 0 {
 		fmt.Sscan(getenv("PHONELLM_THREADS", "0"), &threads)
 	}
-	var (
-		src    *quantize.Source
-		ws     *workspace.Workspace
-		inputs = map[string]string{}
-		name   string
-		outDir = "."
-	)
-	inGGUF := fl.in
-	if inGGUF == "" && fl.model == "" && len(fl.loras) == 0 {
-		w, err := findWorkspace()
-		if err != nil {
-			return err
-		}
-		if w != nil {
-			if art, ok := w.LatestArtifact("gguf", "convert"); ok {
-				inGGUF = art.Path
-			}
-		}
+	ws, err := a.findWorkspace()
+	if err != nil {
+		return err
 	}
+	inGGUF, from, explicit := fl.in, "--in", fl.in != ""
+	if !explicit && fl.model == "" && len(fl.loras) == 0 && ws != nil {
+		inGGUF, from = workspaceGGUF(ws)
+	}
+	var (
+		in     *modelInput
+		inputs []workspace.Input
+		name   string
+	)
 	if inGGUF != "" {
-		s, err := quantize.OpenGGUF(inGGUF)
+		if err := checkGGUFInput(inGGUF); err != nil {
+			return err
+		}
+		gi, err := workspace.NewInput("gguf", inGGUF, "")
 		if err != nil {
 			return err
 		}
-		src = s
-		fp, err := workspace.Fingerprint(inGGUF)
-		if err != nil {
-			return err
-		}
-		inputs["gguf"] = fp
-		if n := s.KVString("general.name"); n != "" {
-			name = n
-		} else {
-			name = strings.TrimSuffix(filepath.Base(inGGUF), filepath.Ext(inGGUF))
-		}
-		ws, _ = findWorkspace()
+		inputs = []workspace.Input{gi}
+		name = ggufName(inGGUF)
 	} else {
-		in, err := resolveModelInput(a, fl.model, fl.loras)
+		in, err = resolveModelInput(a, fl.model, fl.loras)
 		if err != nil {
 			return err
 		}
 		defer in.close()
-		m, err := convert.Load(in.dir, convert.Options{Model: in.dir, OutType: convert.OutF16, KeepMTP: fl.keepMTP, Source: in.source, Name: in.name})
-		if err != nil {
-			return err
-		}
-		src = quantize.FromModel(m)
-		ws, inputs, name = in.ws, in.inputs, in.name
+		inputs, name, explicit = in.inputs, in.name, in.explicit
 	}
-	defer src.Close()
+	outDir := "."
 	if ws != nil {
 		outDir = ws.Root
 	}
+	def := filepath.Join(outDir, fmt.Sprintf("%s-%s.gguf", name, ft))
 	out := fl.out
+	oneOff := explicit || oneOffOut(out, def)
 	if out == "" {
-		out = filepath.Join(outDir, fmt.Sprintf("%s-%s.gguf", name, ft))
+		out = def
+	}
+	// open reads the input: the GGUF, or the checkpoint converted (and merged) on the fly.
+	open := func() (*quantize.Source, error) {
+		if inGGUF != "" {
+			return quantize.OpenGGUF(inGGUF)
+		}
+		if err := in.open(a); err != nil {
+			return nil, err
+		}
+		m, err := convert.Load(in.dir, convert.Options{Model: in.dir, OutType: convert.OutF16, KeepMTP: fl.keepMTP, Source: in.source, Name: in.name})
+		if err != nil {
+			return nil, err
+		}
+		return quantize.FromModel(m), nil
+	}
+	if fl.dryRun {
+		src, err := open()
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov, DryRun: true}, a.reporter())
+		if err != nil {
+			return quantizeErr(err)
+		}
+		return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, true) })
 	}
 	opts := map[string]any{"type": ft.String(), "pure": ov.Pure, "requant": ov.AllowRequantize, "tensor_types": fl.tensorTypes,
-		"output_type": fl.outputType, "embd_type": fl.embdType, "out": out}
-	key := workspace.Key(inputs, opts)
-	if ws != nil && !fl.dryRun {
-		if rec := ws.UpToDate("quantize", key); rec != nil {
-			a.io.Printf("%s is up to date (inputs unchanged); nothing to do\n", rec.Artifacts[0].Path)
-			res := quantize.Result{Input: src.Name, Arch: src.Arch, FileType: ft.String(), Artifacts: rec.Artifacts}
-			return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, false) })
-		}
+		"output_type": fl.outputType, "embd_type": fl.embdType, "out": out, "keep_mtp": fl.keepMTP}
+	fromOf := map[string]string{"gguf": from}
+	if in != nil {
+		fromOf = in.stageFrom()
 	}
-	res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov, DryRun: fl.dryRun}, a.reporter())
-	if err != nil {
-		var rq *plan.RequantizeError
-		if asErr(err, &rq) {
-			return withCode(exitBadInput, err, "the input is already quantized; quantize the F16/BF16 model instead, or pass --allow-requantize")
+	step := workspace.Step{Stage: "quantize", Inputs: inputs, Options: opts, OneOff: oneOff, Force: fl.force}
+	var res quantize.Result
+	skipped, err := runStage(a, ws, step, fromOf, &res, func() (quantize.Result, []pipeline.Artifact, error) {
+		src, err := open()
+		if err != nil {
+			return quantize.Result{}, nil, err
 		}
+		defer src.Close()
+		res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov}, a.reporter())
+		if err != nil {
+			return res, nil, quantizeErr(err)
+		}
+		return res, res.Artifacts, nil
+	})
+	if err != nil {
 		return err
 	}
-	if ws != nil && !fl.dryRun {
-		if err := ws.Record(workspace.Record{Stage: "quantize", Key: key, Inputs: inputs, Options: opts, Artifacts: res.Artifacts}); err != nil {
-			a.io.Warnf("workspace state not updated: %v", err)
+	if !skipped {
+		afterQuantize(a, ws, &res)
+	}
+	return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, false) })
+}
+
+// quantizeErr adds what to do to an attempt at quantizing a quantized model.
+func quantizeErr(err error) error {
+	var rq *plan.RequantizeError
+	if asErr(err, &rq) {
+		return withHint(err, "the input is already quantized; quantize the F16/BF16 model instead, or pass --allow-requantize")
+	}
+	return err
+}
+
+// workspaceGGUF is the converted GGUF a plain quantize reads, with where it came from: the workspace's newest
+// convert output, unless a merge ran after it (then the merged checkpoint is newer, and "" is returned so the
+// caller reads that instead).
+func workspaceGGUF(ws *workspace.Workspace) (string, string) {
+	art, rec, ok := ws.LatestOutput("gguf", "convert")
+	if !ok {
+		return "", ""
+	}
+	if _, mrec, ok := ws.LatestOutput(mergedKind, "merge"); ok && mrec.Time.After(rec.Time) {
+		return "", ""
+	}
+	return art.Path, "the workspace's convert output"
+}
+
+// ggufName is a GGUF's general.name, else its file name without .gguf: the stem of the default output name.
+func ggufName(path string) string {
+	if f, err := gguf.OpenFile(path); err == nil {
+		defer f.Close()
+		if n := f.String("general.name"); n != "" {
+			return n
 		}
 	}
-	afterQuantize(a, ws, &res)
-	return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, fl.dryRun) })
+	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+}
+
+// checkGGUFInput refuses an --in value that is a folder (a checkpoint goes to --model) or not there.
+func checkGGUFInput(p string) error {
+	st, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return pipeline.InputError(fmt.Errorf("--in %s: %w", p, err))
+	case st.IsDir():
+		return usageError("--in %s is a folder; a Hugging Face checkpoint folder goes to --model", p)
+	}
+	return nil
 }
 
 func printQuantize(w io.Writer, res quantize.Result, dry bool) {
@@ -207,7 +296,11 @@ func printQuantize(w io.Writer, res quantize.Result, dry bool) {
 	}
 	for _, art := range res.Artifacts {
 		fmt.Fprintf(w, "%s\n", art.Path)
-		fmt.Fprintf(w, "  %s %s, %s (%.2f bits per weight), sha256 %s\n", res.Arch, res.FileType, ui.HumanBytes(art.Size), res.BitsPerWeight, art.SHA256)
+		bpw := ""
+		if res.BitsPerWeight > 0 {
+			bpw = fmt.Sprintf(" (%.2f bits per weight)", res.BitsPerWeight)
+		}
+		fmt.Fprintf(w, "  %s %s, %s%s, sha256 %s\n", res.Arch, res.FileType, ui.HumanBytes(art.Size), bpw, art.SHA256)
 	}
 	if res.Seconds > 0 {
 		fmt.Fprintf(w, "  %.1f s, %.0f MB/s of input, %d threads\n", res.Seconds, res.InputMBps, res.Threads)

@@ -15,6 +15,10 @@ type app struct {
 	io      *ui.Streams
 	ctx     context.Context
 	noColor bool
+	// workspace, when set, is the workspace folder commands use instead of PHONELLM_WORKSPACE or the current
+	// folder: the demo runs its steps in its own workspace this way, without changing the process's
+	// environment or working directory.
+	workspace string
 }
 
 func (a *app) reporter() *ui.Reporter { return ui.NewReporter(a.io) }
@@ -83,11 +87,51 @@ Results go to stdout (add --json for machine-readable output); progress and warn
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError("%v (see '%s --help')", err, cmd.CommandPath())
 	})
+	root.SetOut(a.io.Out) // before the completion command is made: it keeps the writer it sees then
+	root.SetErr(a.io.Err)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	typeUsageErrors(root)
 	return root
 }
 
+// typeUsageErrors makes every command-line mistake cobra detects come back as a usageError (exit 2), decided
+// by where the error comes from rather than by its text: flag errors go through the flag error function,
+// argument validators are wrapped here, and a command that only groups subcommands answers an unknown
+// subcommand itself (cobra's own check returns a plain error, or shows help and succeeds).
+func typeUsageErrors(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		typeUsageErrors(sub)
+	}
+	if c.HasSubCommands() && !c.Runnable() {
+		c.SuggestionsMinimumDistance = 2
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			hint := ""
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = fmt.Sprintf("; did you mean %s?", strings.Join(s, " or "))
+			}
+			return usageError("unknown command %q for %q%s (see '%s --help')", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+		return
+	}
+	validate := c.Args
+	if validate == nil {
+		validate = cobra.ArbitraryArgs
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := validate(cmd, args); err != nil {
+			return usageError("%v (see '%s --help')", err, cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
 // pipelineOrder is the order commands are listed in help: the order people run them.
-var pipelineOrder = []string{"init", "inspect", "merge", "convert", "quantize", "fit", "publish", "ship", "fleet",
+var pipelineOrder = []string{"init", "status", "reset", "inspect", "merge", "convert", "quantize", "fit", "publish", "ship", "fleet",
 	"serve", "gateway", "bench", "eval", "demo"}
 
 // extraCommands lets each command file register itself without editing root.go.
@@ -105,16 +149,15 @@ func register(group string, make func(*app) *cobra.Command) {
 
 // run executes the command line and returns the exit code.
 func run(ctx context.Context, args []string, s *ui.Streams) int {
-	a := &app{io: s, ctx: ctx}
+	return runIn(ctx, args, s, "")
+}
+
+// runIn is run with the commands' workspace folder given (see app.workspace); "" finds it as usual.
+func runIn(ctx context.Context, args []string, s *ui.Streams, workspace string) int {
+	a := &app{io: s, ctx: ctx, workspace: workspace}
 	root := newRootCmd(a)
 	root.SetArgs(args)
-	root.SetOut(s.Out)
-	root.SetErr(s.Err)
-	cmd, err := root.ExecuteContextC(ctx)
-	var ee *exitError
-	if err != nil && !asErr(err, &ee) && isCobraUsage(err) { // flag errors are usage errors already
-		err = usageError("%v (see '%s --help')", err, cmd.CommandPath())
-	}
+	_, err := root.ExecuteContextC(ctx)
 	code, hint := exitCode(ctx, err)
 	if err != nil {
 		if code == exitInterrupted {
@@ -127,14 +170,4 @@ func run(ctx context.Context, args []string, s *ui.Streams) int {
 		}
 	}
 	return code
-}
-
-func isCobraUsage(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "accepts ", "requires at least", "requires at most", "unknown flag", "invalid argument", "arg(s)"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
 }

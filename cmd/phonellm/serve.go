@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/home"
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/autotune"
 	"github.com/phonellm/phonellm/runtime/engine"
@@ -71,7 +71,7 @@ func (f *engineFlags) autotune(a *app, path string, force bool) error {
 	if f.engine != "go" && f.engine != "" {
 		return usageError("--autotune works with --engine go")
 	}
-	res, err := autotune.Tune(a.ctx, autotune.Options{Model: path, CacheDir: filepath.Join(phonellmHome(), "autotune"),
+	res, err := autotune.Tune(a.ctx, autotune.Options{Model: path, CacheDir: home.Path("autotune"),
 		Version: buildVersion().Version, Force: force, Log: func(s string) { a.io.Printf("%s\n", s) },
 		Load: func(ctx context.Context, c autotune.Candidate) (engine.Engine, error) {
 			return goengine.Load(ctx, goengine.Options{Path: path, Threads: c.Threads, BatchSize: c.BatchSize,
@@ -86,17 +86,6 @@ func (f *engineFlags) autotune(a *app, path string, force bool) error {
 	f.threads, f.batch = res.Best.Threads, res.Best.BatchSize
 	a.io.Printf("autotune: threads %d, batch %d\n", f.threads, f.batch)
 	return nil
-}
-
-// phonellmHome is $PHONELLM_HOME (default ~/.cache/phonellm): phonellm's own cache.
-func phonellmHome() string {
-	if h := getenv("PHONELLM_HOME", ""); h != "" {
-		return h
-	}
-	if c, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(c, "phonellm")
-	}
-	return filepath.Join(os.TempDir(), "phonellm")
 }
 
 func newServeCmd(a *app) *cobra.Command {

@@ -89,7 +89,7 @@ func runShip(a *app, fl shipFlags) error {
 	case fl.gatewayPort < 0 || fl.gatewayPort > 65535:
 		return usageError("--gateway-port must be 0..65535")
 	}
-	ws, err := findWorkspace()
+	ws, err := a.findWorkspace()
 	if err != nil {
 		return err
 	}

@@ -5,21 +5,14 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/phonellm/phonellm/internal/home"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 )
 
-// Dir is the folder generated benchmark inputs live in.
-func Dir() string {
-	if h := os.Getenv("PHONELLM_HOME"); h != "" {
-		return filepath.Join(h, "bench")
-	}
-	if c, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(c, "phonellm", "bench")
-	}
-	return filepath.Join(os.TempDir(), "phonellm-bench")
-}
+// Dir is the folder generated benchmark inputs live in: $PHONELLM_HOME/bench.
+func Dir() string { return home.Path("bench") }
 
 // Qwen3F16 returns an F16 GGUF with Qwen3-0.6B shapes and a separate output.weight (311 tensors, 1.5 GB):
 // the shape of llama-quantize's published speed anchor (shared/reference/gguf-quant-convert.md §10.4). It is

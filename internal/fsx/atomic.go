@@ -1,14 +1,17 @@
 package fsx
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // File is an output file being written atomically. Write to it (it hashes what passes through), then Commit to
@@ -39,16 +42,41 @@ func Create(path string) (*File, error) {
 // TempName is the temporary file's path (where bytes go until Commit).
 func (f *File) TempName() string { return f.f.Name() }
 
+// SyscallConn gives access to the temporary file's descriptor (to switch on direct I/O, for example). Bytes
+// written around the File's own methods are not hashed.
+func (f *File) SyscallConn() (syscall.RawConn, error) { return f.f.SyscallConn() }
+
 // Truncate sets the size of the temporary file (for callers that write bodies with WriteAt).
 func (f *File) Truncate(size int64) error { return f.f.Truncate(size) }
 
 // Path is the final path.
 func (f *File) Path() string { return f.path }
 
+// asyncHashBytes is the write size from which the sha256 of a write runs on another goroutine while the bytes
+// go to the file (both only read p), so a large write costs max(hash, write) instead of their sum.
+const asyncHashBytes = 256 << 10
+
 // Write writes p and feeds the hash.
 func (f *File) Write(p []byte) (int, error) {
+	if f.hash == nil || len(p) < asyncHashBytes {
+		n, err := f.f.Write(p)
+		if f.hash != nil {
+			f.hash.Write(p[:n])
+		}
+		f.n += int64(n)
+		return n, err
+	}
+	done := make(chan struct{})
+	go func() {
+		f.hash.Write(p)
+		close(done)
+	}()
 	n, err := f.f.Write(p)
-	f.hash.Write(p[:n])
+	<-done
+	if n < len(p) {
+		// Short write: the hash saw bytes the file did not get; the sum is meaningless from here on.
+		f.hash = nil
+	}
 	f.n += int64(n)
 	return n, err
 }
@@ -136,19 +164,56 @@ func WriteFile(path string, data []byte) (string, error) {
 	return sum, f.Commit()
 }
 
+// WriteJSON writes v as indented JSON (two spaces, a final newline) to path atomically, creating its folder,
+// and returns the file's sha256: the state and cache files (workspace state, auto-tune results) are written so.
+func WriteJSON(path string, v any) (string, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	return WriteFile(path, append(b, '\n'))
+}
+
 // HashFile returns the size and hex sha256 of a file.
-func HashFile(path string) (int64, string, error) {
+func HashFile(path string) (int64, string, error) { return hashFile(nil, path) }
+
+// HashFileContext is HashFile for large files: it stops early, with ctx's error, when ctx is done.
+func HashFileContext(ctx context.Context, path string) (int64, string, error) {
+	return hashFile(ctx, path)
+}
+
+func hashFile(ctx context.Context, path string) (int64, string, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer fh.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, fh)
+	var r io.Reader = fh
+	if ctx != nil {
+		r = ctxReader{ctx, fh}
+	}
+	n, err := io.CopyBuffer(h, r, make([]byte, 1<<20))
 	if err != nil {
 		return 0, "", fmt.Errorf("hash %s: %w", path, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxReader stops a long read when the context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // IsSHA256Hex reports whether s is a sha256 as HashFile and File.Sum write it: 64 lowercase hex digits.

@@ -2,6 +2,7 @@ package fsx
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -63,5 +64,50 @@ func TestAbortLeavesNothing(t *testing.T) {
 	}
 	if !strings.HasPrefix(filepath.Base(f.TempName()), ".out.bin.tmp-") {
 		t.Fatalf("temp name %s", f.TempName())
+	}
+}
+
+func TestHashFileContext(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if _, err := WriteFile(p, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	n, sum, err := HashFileContext(context.Background(), p)
+	if err != nil || n != 3 || sum != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Fatalf("HashFileContext %d %s %v", n, sum, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := HashFileContext(ctx, p); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled hash: %v", err)
+	}
+}
+
+// TestWriteAfterWriteAt: bytes placed with WriteAt are not hashed, so the sum is dropped, and later writes
+// still work.
+func TestWriteAfterWriteAt(t *testing.T) {
+	f, err := Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Abort()
+	if _, err := f.WriteAt([]byte("xy"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if f.Sum() != "" {
+		t.Fatalf("sum %q after WriteAt", f.Sum())
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a", "b", "state.json")
+	if _, err := WriteJSON(p, map[string]int{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "{\n  \"x\": 1\n}\n" {
+		t.Fatalf("%q", b)
 	}
 }

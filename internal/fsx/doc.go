@@ -1,4 +1,9 @@
 // Package fsx writes files atomically: a temporary file in the destination folder is written, synced and
 // renamed over the destination, and the folder is synced, so a crash or Ctrl-C never leaves a half-written file
-// under the final name. Hashes are computed while writing.
+// under the final name. Hashes are computed while writing (on another goroutine for large writes), and
+// HashFile/HashFileContext hash an existing file.
+//
+// It is the one home of these helpers for every tree (pipeline, runtime, cmd, internal): the safetensors
+// writer, the generated tiny models, the workspace state, the Hub cache and upload journal, the auto-tune
+// cache and the deployment records all write through it.
 package fsx

@@ -31,7 +31,15 @@ type entry struct {
 // Cache is a hash cache in a folder. The nil *Cache is valid and never hits.
 type Cache struct {
 	dir string
+	// RacyMargin is how much older than the start of its hashing a file's
+	// last change must be for its hash to be stored (see the package doc);
+	// Open sets DefaultRacyMargin. Tests that hash files they have just
+	// written set 0 on their cache.
+	RacyMargin time.Duration
 }
+
+// DefaultRacyMargin is the RacyMargin of an opened cache.
+const DefaultRacyMargin = 2 * time.Second
 
 // Open returns the cache kept in dir (created on the first Put). An empty dir
 // gives the nil cache.
@@ -39,7 +47,7 @@ func Open(dir string) *Cache {
 	if dir == "" {
 		return nil
 	}
-	return &Cache{dir: dir}
+	return &Cache{dir: dir, RacyMargin: DefaultRacyMargin}
 }
 
 // Stat returns the identity of the file at path (following symlinks). ok is
@@ -78,15 +86,10 @@ func (c *Cache) Get(path string) (size int64, sum string, ok bool) {
 	return id.Size, e.SHA256, true
 }
 
-// RacyMargin is how much older than the start of its hashing a file's last
-// change must be for its hash to be stored (see the package doc). Tests of
-// callers that hash files they have just written set it to 0.
-var RacyMargin = 2 * time.Second
-
 // Put records sum as the sha256 of the file at path, whose identity was
 // before when hashing started at started. Nothing is stored (and nil is
 // returned) when the file changed meanwhile, when its change time is less
-// than RacyMargin older than started, or on a platform without identities.
+// than c.RacyMargin older than started, or on a platform without identities.
 func (c *Cache) Put(path string, before Identity, started time.Time, sum string) error {
 	if c == nil || !fsx.IsSHA256Hex(sum) {
 		return nil
@@ -96,7 +99,7 @@ func (c *Cache) Put(path string, before Identity, started time.Time, sum string)
 		return nil
 	}
 	now, ok, err := Stat(abs)
-	if err != nil || !ok || now != before || before.CtimeNs > started.Add(-RacyMargin).UnixNano() {
+	if err != nil || !ok || now != before || before.CtimeNs > started.Add(-c.RacyMargin).UnixNano() {
 		return nil
 	}
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // This is a deliberately small, independent safetensors writer (the
 // format's README: u64 header length, JSON header padded with spaces to a
-// multiple of 8, data section in header order). tinymodel lives outside
-// pipeline/, so it cannot use pipeline/safetensors; the reader's
-// tests use these files as an independently written cross-check.
+// multiple of 8, data section in header order), kept apart from
+// pipeline/safetensors on purpose: the reader's tests use these files as an
+// independently written cross-check.
 
 type plannedTensor struct {
 	tensorSpec
@@ -131,33 +131,23 @@ func encode(buf []byte, dtype string, v []float32) []byte {
 	return buf[:4*len(v)]
 }
 
-// writeAtomic writes a file through a temporary file in the same directory
-// (buffered, fsynced, renamed); the temporary file is removed on error.
+// writeAtomic writes a file atomically (package fsx: temporary file in the same folder, buffered, fsynced,
+// renamed); the temporary file is removed on error.
 func writeAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := fsx.Create(path)
 	if err != nil {
 		return fmt.Errorf("tinymodel: %w", err)
 	}
-	tmp := f.Name()
+	defer f.Abort()
 	bw := bufio.NewWriterSize(f, 1<<20)
 	err = write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+		err = f.Commit()
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("tinymodel: write %s: %w", path, err)
 	}
 	return nil

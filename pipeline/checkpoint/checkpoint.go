@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -23,15 +24,29 @@ type Checkpoint struct {
 var _ pipeline.TensorSource = (*Checkpoint)(nil)
 
 // Open opens dir: config.json must parse, and the safetensors headers are read and checked (no tensor data).
+// A path that is not a checkpoint folder (a file, a folder without config.json, a config.json that is not a
+// JSON object) is an input error naming what was found instead.
 func Open(dir string) (*Checkpoint, error) {
+	st0, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, pipeline.InputError(fmt.Errorf("%s: no such checkpoint folder", dir))
+	case err != nil:
+		return nil, err
+	case !st0.IsDir():
+		return nil, pipeline.InputError(fmt.Errorf("%s is a file, not a Hugging Face checkpoint folder (config.json + safetensors)", dir))
+	}
 	cfgPath := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(cfgPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, pipeline.InputError(fmt.Errorf("%s has no config.json: not a Hugging Face checkpoint folder", dir))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a Hugging Face checkpoint: %w", dir, err)
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("%s: invalid JSON: %w", cfgPath, err)
+		return nil, pipeline.InputError(fmt.Errorf("%s: invalid JSON: %w", cfgPath, err))
 	}
 	st, err := safetensors.OpenDir(dir)
 	if err != nil {
@@ -39,7 +54,7 @@ func Open(dir string) (*Checkpoint, error) {
 	}
 	c := &Checkpoint{Dir: dir, Config: cfg, st: st}
 	for _, t := range st.Tensors() {
-		c.infos = append(c.infos, pipeline.TensorInfo{Name: t.Name, DType: string(t.DType), Shape: t.Shape})
+		c.infos = append(c.infos, pipeline.TensorInfo{Name: t.Name, DType: t.DType, Shape: t.Shape})
 	}
 	return c, nil
 }
@@ -62,11 +77,17 @@ func (c *Checkpoint) Bytes(name string) int64 {
 	return t.Size
 }
 
+// File is the safetensors file (shard) a tensor is stored in, or "".
+func (c *Checkpoint) File(name string) string {
+	t, _ := c.st.Tensor(name)
+	return t.File
+}
+
 // TotalBytes is the size of all tensor data.
 func (c *Checkpoint) TotalBytes() int64 { return c.st.TotalSize() }
 
-// ReadRows decodes rows [row0, row0+n) of a tensor to float32, a row being the last dimension (the
-// pipeline.TensorSource convention: a [E, out, in] expert tensor has E·out rows of in values).
+// ReadRows decodes rows [row0, row0+n) of a tensor to float32, a row being the last dimension (see
+// pipeline.TensorInfo: a [E, out, in] expert tensor has E·out rows of in values).
 func (c *Checkpoint) ReadRows(ctx context.Context, name string, row0, n int64, dst []float32) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -85,10 +106,3 @@ func (c *Checkpoint) ReadRows(ctx context.Context, name string, row0, n int64, d
 
 // Close releases the files.
 func (c *Checkpoint) Close() error { return c.st.Close() }
-
-// IsInputError reports whether err means the checkpoint's bytes are malformed or unsupported.
-func IsInputError(err error) bool {
-	var fe *safetensors.FormatError
-	var ue *safetensors.UnsupportedError
-	return errors.As(err, &fe) || errors.As(err, &ue)
-}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
@@ -50,5 +52,23 @@ func TestReadRowsLastDim(t *testing.T) {
 	}
 	if ck.Architecture() != "Qwen3ForCausalLM" {
 		t.Fatalf("architecture %q", ck.Architecture())
+	}
+}
+
+// TestOpenNotACheckpoint: a file, a folder without config.json and a missing folder are input errors that say
+// what was found (not "open …/config.json: not a directory").
+func TestOpenNotACheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "model.gguf")
+	os.WriteFile(file, []byte("GGUF"), 0o644)
+	for path, want := range map[string]string{
+		file:                          "is a file, not a Hugging Face checkpoint folder",
+		dir:                           "has no config.json",
+		filepath.Join(dir, "missing"): "no such checkpoint folder",
+	} {
+		_, err := Open(path)
+		if err == nil || !strings.Contains(err.Error(), want) || !pipeline.IsInputError(err) {
+			t.Errorf("Open(%s): %v, want an input error saying %q", path, err, want)
+		}
 	}
 }

@@ -61,6 +61,9 @@ func (e *GateError) Error() string {
 // Is makes errors.Is(err, ErrGateFailed) true.
 func (e *GateError) Is(target error) bool { return target == ErrGateFailed }
 
+// CheckFailed classifies the error (pipeline.IsCheckFailed): the gate ran and said no.
+func (e *GateError) CheckFailed() bool { return true }
+
 // Err is nil when r passed, else a *GateError with the reasons (the CLI exits non-zero on it).
 func (r Result) Err() error {
 	if r.Pass {

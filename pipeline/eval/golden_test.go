@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"strconv"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+	"github.com/phonellm/phonellm/internal/testkit/golden"
+)
 
 // TestResultGolden pins the JSON shape of a Result (what the workspace state and the model card store):
 // a distribution check on fake models and a task check against a baseline, with the run-dependent fields
@@ -54,7 +53,7 @@ func TestResultGolden(t *testing.T) {
 	}
 	got = append(got, '\n')
 	const path = "testdata/result.golden.json"
-	if *update {
+	if golden.Update() {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}

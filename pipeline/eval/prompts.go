@@ -42,6 +42,9 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("eval: %s: %s", e.File, e.Msg)
 }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *FormatError) InputError() bool { return true }
+
 // ReadPrompts reads a prompt set. A ".jsonl" file holds one JSON object per line with "text" (or "prompt")
 // or "messages" (labelled task records work too; other fields are ignored); any other file is one plain-text
 // document.

@@ -270,10 +270,16 @@ type FormatError struct {
 
 func (e *FormatError) Error() string { return fmt.Sprintf("fit: %s: %s", e.Model, e.Msg) }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *FormatError) InputError() bool { return true }
+
 // UnsupportedError reports a valid input the estimate does not handle.
 type UnsupportedError struct{ What string }
 
 func (e *UnsupportedError) Error() string { return "fit: unsupported " + e.What }
+
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *UnsupportedError) InputError() bool { return true }
 
 // bytesOf is the size of n elements of type t (n a multiple of the block size; rounded up otherwise).
 func bytesOf(t gguf.Type, n int64) int64 {

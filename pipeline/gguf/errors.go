@@ -20,6 +20,9 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("gguf: %sinvalid format: %s", where, e.Msg)
 }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *FormatError) InputError() bool { return true }
+
 // UnsupportedError reports a valid GGUF feature this package does not handle.
 type UnsupportedError struct {
 	File string
@@ -32,3 +35,6 @@ func (e *UnsupportedError) Error() string {
 	}
 	return "gguf: unsupported " + e.What
 }
+
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *UnsupportedError) InputError() bool { return true }

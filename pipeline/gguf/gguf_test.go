@@ -3,16 +3,14 @@ package gguf
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+	"github.com/phonellm/phonellm/internal/testkit/golden"
+)
 
 // sample builds a plan with every value type, a nested array and three tensors of different types.
 func sample(t testing.TB) (*Writer, map[string][]byte) {
@@ -117,20 +115,7 @@ func TestDumpGolden(t *testing.T) {
 	if err := Dump(&got, f, true); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "sample.dump")
-	if *update {
-		os.MkdirAll("testdata", 0o755)
-		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Errorf("dump differs from %s:\n%s", golden, got.String())
-	}
+	golden.Check(t, filepath.Join("testdata", "sample.dump"), got.Bytes())
 }
 
 func TestMalformed(t *testing.T) {

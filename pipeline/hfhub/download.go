@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/internal/retry"
 )
 
@@ -206,7 +207,7 @@ func (c *Client) fetch(ctx context.Context, info FileInfo, blob string, progress
 		return fetched, fmt.Errorf("hfhub: cache: %w", err)
 	}
 	keep = true // renamed away; nothing to remove
-	syncDir(filepath.Dir(blob))
+	fsx.SyncDir(filepath.Dir(blob))
 	return fetched, nil
 }
 
@@ -346,7 +347,7 @@ func linkSnapshot(blob, snap string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("hfhub: snapshot: %w", err)
 	}
-	syncDir(filepath.Dir(snap))
+	fsx.SyncDir(filepath.Dir(snap))
 	return nil
 }
 
@@ -362,30 +363,10 @@ func writeRef(repoDir, revision, commit string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("hfhub: ref: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".ref-*")
-	if err != nil {
+	if _, err := fsx.WriteFile(p, []byte(commit)); err != nil {
 		return fmt.Errorf("hfhub: ref: %w", err)
 	}
-	_, werr := tmp.WriteString(commit)
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("hfhub: ref: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("hfhub: ref: %w", err)
-	}
-	syncDir(filepath.Dir(p))
 	return nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
 
 // markerPath is where the "fully verified" marker of a blob lives, outside
@@ -418,10 +399,7 @@ func (c *Client) writeMarker(repo, blob string, info FileInfo) {
 	if os.MkdirAll(filepath.Dir(p), 0o755) != nil {
 		return
 	}
-	tmp := p + ".tmp"
-	if os.WriteFile(tmp, []byte(markerText(st)), 0o644) == nil {
-		os.Rename(tmp, p)
-	}
+	fsx.WriteFile(p, []byte(markerText(st)))
 }
 
 func (c *Client) removeMarker(repo string, info FileInfo) {

@@ -86,6 +86,9 @@ func (e *HTTPError) Error() string {
 	return s
 }
 
+// RemoteError classifies the error (pipeline.IsRemoteError): the Hub refused or failed.
+func (e *HTTPError) RemoteError() bool { return true }
+
 // NotFound reports whether the repo, revision or file does not exist (or is
 // private and no valid token was given: the Hub answers 401 then).
 func (e *HTTPError) NotFound() bool {
@@ -108,6 +111,9 @@ func (e *IntegrityError) Error() string {
 	}
 	return fmt.Sprintf("hfhub: %s: hash %s, want %s", e.Path, e.Got, e.Want)
 }
+
+// RemoteError classifies the error (pipeline.IsRemoteError): what the Hub sent is not what it announced.
+func (e *IntegrityError) RemoteError() bool { return true }
 
 // redact drops the query (signatures) from a URL for error messages.
 func redact(u string) string {

@@ -17,14 +17,14 @@ import (
 //
 // Two cursors per file, how far the hasher is (h) and how far the merge's in-order output has used the file
 // (m), pace the two readers and decide which pages stay mapped:
-//   - the hasher waits when it is keepBytes ahead of the merge (until finish), and the merge waits when the
+//   - the hasher waits when it is keep bytes ahead of the merge (until finish), and the merge waits when the
 //     hasher, reading this file, lags lagBytes behind it: both hashes and the merge progress together and end
 //     together, instead of one hash being left to run alone on one core at the end;
 //   - mapped pages count towards the resident memory until dropped (MADV_DONTNEED only unmaps: the data stays
 //     in the page cache and a later access maps it again, so a drop can only cost a page fault, never
-//     correctness). Everything below both cursors is dropped, and a reader more than keepBytes ahead of the
+//     correctness). Everything below both cursors is dropped, and a reader more than keep bytes ahead of the
 //     other drops what it is done with beyond that distance, so the resident part of each file stays within
-//     about 2·keepBytes plus the blocks in flight. Each drop also covers a margin below it, for pages that
+//     about 2·keep bytes plus the blocks in flight. Each drop also covers a margin below it, for pages that
 //     fault-around (the kernel maps a few neighbouring pages on each fault) mapped again.
 type baseMaps struct {
 	files    map[string]*baseMap // by path, as TensorInfo.File names it
@@ -34,12 +34,13 @@ type baseMaps struct {
 type baseMap struct {
 	path string
 	data []byte
+	keep int64 // how far one reader's pages are kept mapped for the other (defaultKeepBytes)
 
 	mu     sync.Mutex
 	h      int64           // the hasher is past this offset (len(data) when it does not hash from this map)
 	m      int64           // the merge is done with this file below this offset (in the order it uses the file)
 	both   int64           // dropped below here: min(h, m) at the last sweep
-	ahead  int64           // the merge's range [h+keepBytes, ahead) is dropped
+	ahead  int64           // the merge's range [h+keep, ahead) is dropped
 	behind int64           // the hasher's range [m, behind) is dropped
 	moved  chan struct{}   // signalled when m grows
 	hmoved chan struct{}   // signalled when h grows
@@ -47,8 +48,8 @@ type baseMap struct {
 	done   <-chan struct{} // baseMaps.finished
 }
 
-// keepBytes bounds how far one reader's pages are kept mapped for the other (a variable for tests).
-var keepBytes int64 = 64 << 20
+// defaultKeepBytes bounds how far one reader's pages are kept mapped for the other.
+const defaultKeepBytes int64 = 64 << 20
 
 // dropMargin is how far below its range each drop reaches (more than the kernel's 64 KiB fault-around).
 const dropMargin = 1 << 20
@@ -66,7 +67,7 @@ func mapBase(raw *safetensors.Checkpoint) *baseMaps {
 			m.close()
 			return nil
 		}
-		m.files[f.Path()] = &baseMap{path: f.Path(), data: data, h: int64(len(data)), moved: make(chan struct{}, 1), hmoved: make(chan struct{}, 1), done: m.finished}
+		m.files[f.Path()] = &baseMap{path: f.Path(), data: data, keep: defaultKeepBytes, h: int64(len(data)), moved: make(chan struct{}, 1), hmoved: make(chan struct{}, 1), done: m.finished}
 	}
 	return m
 }
@@ -187,17 +188,17 @@ func (b *baseMap) sweep() {
 		dropPages(b.data, b.both-dropMargin, lo)
 		b.both = lo
 	}
-	if b.m > b.h+keepBytes && b.m > b.ahead {
-		dropPages(b.data, max(b.h+keepBytes, b.ahead-dropMargin), b.m)
+	if b.m > b.h+b.keep && b.m > b.ahead {
+		dropPages(b.data, max(b.h+b.keep, b.ahead-dropMargin), b.m)
 		b.ahead = b.m
 	}
-	if b.h > b.m+keepBytes && b.h-keepBytes > b.behind {
-		dropPages(b.data, max(b.m, b.behind-dropMargin), b.h-keepBytes)
-		b.behind = b.h - keepBytes
+	if b.h > b.m+b.keep && b.h-b.keep > b.behind {
+		dropPages(b.data, max(b.m, b.behind-dropMargin), b.h-b.keep)
+		b.behind = b.h - b.keep
 	}
 }
 
-// hash returns the file's size and sha256, read from the map in order. It stays within keepBytes of the
+// hash returns the file's size and sha256, read from the map in order. It stays within keep bytes of the
 // merge's progress in the file (until finish): the two then share the pages, and the hash takes its CPU time
 // alongside the merge instead of racing ahead of it and leaving the output's hash alone at the end, with
 // one core idle.
@@ -225,11 +226,11 @@ func (b *baseMap) hash(ctx context.Context) (int64, string, error) {
 	return size, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// wait waits until the hasher may read up to end: the merge is within keepBytes of it, or finished.
+// wait waits until the hasher may read up to end: the merge is within keep bytes of it, or finished.
 func (b *baseMap) wait(ctx context.Context, end int64) error {
 	for {
 		b.mu.Lock()
-		ok := end <= b.m+keepBytes
+		ok := end <= b.m+b.keep
 		b.mu.Unlock()
 		if ok {
 			return nil

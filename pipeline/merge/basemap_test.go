@@ -46,13 +46,12 @@ func mappedKB(t *testing.T, data []byte) int64 {
 }
 
 // TestBaseMaps checks the shared map: the hash is the file's sha256, and however the two readers move, the
-// resident part of the map stays within the bound (2·keepBytes, the margins and one hasher chunk).
+// resident part of the map stays within the bound (2·keep, the margins and one hasher chunk).
 func TestBaseMaps(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("resident pages are read from /proc/self/smaps")
 	}
-	defer func(k int64) { keepBytes = k }(keepBytes)
-	keepBytes = 4 << 20
+	const keep = 4 << 20
 	dir := t.TempDir()
 	const size = 40<<20 + 12345
 	plan := []safetensors.WriteInfo{{Name: "w", DType: safetensors.U8, Shape: []int64{size}}}
@@ -73,7 +72,7 @@ func TestBaseMaps(t *testing.T) {
 	}
 	file, _ := os.ReadFile(path)
 	want := sha256.Sum256(file)
-	bound := int64(2*keepBytes+4*dropMargin+hashChunk) >> 10
+	bound := int64(2*keep+4*dropMargin+hashChunk) >> 10
 
 	for _, order := range []string{"hash first", "merge first", "merge far behind", "interleaved"} {
 		t.Run(order, func(t *testing.T) {
@@ -88,6 +87,7 @@ func TestBaseMaps(t *testing.T) {
 			}
 			defer maps.close()
 			bm := maps.file(path)
+			bm.keep = keep
 			ti, _ := raw.Tensor("w")
 			bm.claim()
 			touch := func(off, end int64) { // what the merge does with a block: read it, then report it

@@ -170,7 +170,7 @@ func BenchmarkMergeVsCopy(b *testing.B) {
 		os.RemoveAll(filepath.Join(work, "merged"))
 		return wall, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
-	child(base, cache) // fills the hash cache (the generated base is older than hashcache.RacyMargin)
+	child(base, cache) // fills the hash cache (the generated base is older than hashcache.DefaultRacyMargin)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/phonellm/phonellm/internal/half"
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
@@ -126,7 +127,7 @@ func (s *Source) load(ctx context.Context, pl *plan) (*loaded, error) {
 func (s *Source) columnNorms(ctx context.Context, pl *plan, ld *loaded, i int) error {
 	rows, cols := pl.info.Rows(), pl.info.RowLen()
 	ss := make([]float64, cols)
-	per := max(1, int64(blockBytes)/(4*max(cols, 1)))
+	per := max(1, int64(s.blockBytes)/(4*max(cols, 1)))
 	x := make([]float64, min(per, rows)*cols)
 	lo := &ld.ops[i]
 	for r0 := int64(0); r0 < rows; r0 += per {
@@ -154,8 +155,8 @@ func (s *Source) columnNorms(ctx context.Context, pl *plan, ld *loaded, i int) e
 	return nil
 }
 
-// blockBytes is the float32 size of the row blocks the output stage and the DoRA pass work in.
-var blockBytes = 4 << 20
+// defaultBlockBytes is the float32 size of the row blocks the output stage and the DoRA pass work in.
+const defaultBlockBytes = 4 << 20
 
 var blockPool = sync.Pool{New: func() any { return new([]float64) }}
 
@@ -278,9 +279,9 @@ func decodeF64(dt safetensors.DType, dst []float64, b []byte) {
 
 // encodeBlock rounds x to dtype and writes it little-endian into dst (len(x)·size bytes); it returns the
 // index of the first value that is not finite in dtype, or -1.
-func encodeBlock(dtype string, dst []byte, x []float64) int {
+func encodeBlock(dtype pipeline.DType, dst []byte, x []float64) int {
 	switch dtype {
-	case "BF16":
+	case pipeline.BF16:
 		dst = dst[:2*len(x)]
 		for j := 0; j < len(x); {
 			if done := encodeBF16Vec(dst[2*j:], x[j:]); done > 0 {
@@ -296,7 +297,7 @@ func encodeBlock(dtype string, dst []byte, x []float64) int {
 				binary.LittleEndian.PutUint16(dst[2*j:], h)
 			}
 		}
-	case "F16":
+	case pipeline.F16:
 		dst = dst[:2*len(x)]
 		for j, v := range x {
 			h := half.F32ToF16(toOdd32(v))
@@ -305,7 +306,7 @@ func encodeBlock(dtype string, dst []byte, x []float64) int {
 			}
 			binary.LittleEndian.PutUint16(dst[2*j:], h)
 		}
-	case "F32":
+	case pipeline.F32:
 		dst = dst[:4*len(x)]
 		for j, v := range x {
 			b := math.Float32bits(float32(v))
@@ -373,10 +374,10 @@ func applyBlock(o *op, lo *loadedOp, row0, n, cols int64, x []float64) error {
 
 // roundBlock rounds x into dst (see round) and returns the index of the first value that is not finite in
 // dtype, or -1.
-func roundBlock(dtype string, dst []float32, x []float64) int {
+func roundBlock(dtype pipeline.DType, dst []float32, x []float64) int {
 	dst = dst[:len(x)]
 	switch dtype {
-	case "BF16":
+	case pipeline.BF16:
 		for j, v := range x {
 			h := bf16(v)
 			if h&0x7F80 == 0x7F80 {
@@ -400,16 +401,16 @@ func roundBlock(dtype string, dst []float32, x []float64) int {
 // not finite. For BF16, float32(v) is already correct unless it landed exactly on a bf16 midpoint (low 16
 // bits 0x8000) without being equal to v; that case, and F16, go through a float32 rounded to odd, which makes
 // the second rounding correct (24 bits ≥ 2 + the target's 8 or 11).
-func round(dtype string, v float64) (float32, bool) {
+func round(dtype pipeline.DType, v float64) (float32, bool) {
 	switch dtype {
-	case "F32":
+	case pipeline.F32:
 		f := float32(v)
 		b := math.Float32bits(f)
 		return f, b&0x7F800000 != 0x7F800000
-	case "BF16":
+	case pipeline.BF16:
 		h := bf16(v)
 		return math.Float32frombits(uint32(h) << 16), h&0x7F80 != 0x7F80
-	case "F16":
+	case pipeline.F16:
 		h := half.F32ToF16(toOdd32(v))
 		return half.F16ToF32(h), h&0x7C00 != 0x7C00
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/phonellm/phonellm/internal/half"
+	"github.com/phonellm/phonellm/pipeline"
 )
 
 func TestPatternOrder(t *testing.T) {
@@ -129,18 +130,18 @@ func FuzzParseConfig(f *testing.F) {
 // TestRound checks the float64 → dtype rounding against math/big on values chosen to sit near ties.
 func TestRound(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, dt := range []string{"F32", "BF16", "F16"} {
+	for _, dt := range []pipeline.DType{pipeline.F32, pipeline.BF16, pipeline.F16} {
 		for i := 0; i < 200000; i++ {
 			var x float64
 			switch i % 3 {
 			case 0:
 				x = rng.NormFloat64() * math.Exp2(float64(rng.IntN(20)-10))
 			case 1: // a representable value of the target plus half an ulp, nudged
-				f := roundTo(dt, rng.NormFloat64())
+				f := roundTo(string(dt), rng.NormFloat64())
 				ulp := float64(math.Nextafter32(f, float32(math.Inf(1))) - f)
-				if dt == "BF16" {
+				if dt == pipeline.BF16 {
 					ulp = float64(half.BF16ToF32(half.F32ToBF16(f)+1) - f)
-				} else if dt == "F16" {
+				} else if dt == pipeline.F16 {
 					ulp = float64(half.F16ToF32(half.F32ToF16(f)+1) - f)
 				}
 				x = float64(f) + ulp/2 + float64(rng.IntN(3)-1)*math.Exp2(-40)*math.Abs(float64(f))
@@ -148,7 +149,7 @@ func TestRound(t *testing.T) {
 				x = rng.NormFloat64() * 1e-6
 			}
 			got, ok := round(dt, x)
-			want := roundTo(dt, x)
+			want := roundTo(string(dt), x)
 			if !ok || math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("%s: round(%v) = %v (ok %v), want %v", dt, x, got, ok, want)
 			}

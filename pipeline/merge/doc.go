@@ -36,8 +36,9 @@
 // [Run] reads each base safetensors file once where it can: the file is mapped, the provenance hash walks it
 // in order while the merge decodes and copies tensors from the same pages (see baseMaps), and the output is
 // written with direct I/O (safetensors.WriterOptions.Direct), its sha256 computed alongside. One pipeline
-// runs through every tensor of every shard (computing, copying, hashing and writing overlap), and while it
-// runs GOMAXPROCS is doubled if it is at its default (raiseProcs says why). With Options.HashCache a base file
+// runs through every tensor of every shard (computing, copying, hashing and writing overlap) on
+// Options.Threads workers; the package never changes process-wide settings such as GOMAXPROCS. With
+// Options.HashCache a base file
 // whose identity (path, size, times, inode, device; package hashcache) is unchanged since an earlier merge
 // keeps its recorded sha256 and is not hashed again.
 //

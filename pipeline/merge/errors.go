@@ -11,6 +11,9 @@ type FormatError struct {
 
 func (e *FormatError) Error() string { return fmt.Sprintf("merge: %s: %s", e.Path, e.Msg) }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *FormatError) InputError() bool { return true }
+
 // UnsupportedError reports a valid input that this package deliberately does not merge (a quantized base, a
 // PEFT feature without an exact merge, a pickle file).
 type UnsupportedError struct {
@@ -19,6 +22,9 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string { return fmt.Sprintf("merge: %s: %s", e.Path, e.Msg) }
+
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *UnsupportedError) InputError() bool { return true }
 
 func formatErr(path, format string, args ...any) error {
 	return &FormatError{Path: path, Msg: fmt.Sprintf(format, args...)}

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/phonellm/phonellm/internal/half"
+	"github.com/phonellm/phonellm/pipeline"
 )
 
 // The float32 path: a 16-bit (BF16/F16) tensor that only LoRA updates change is computed as
@@ -22,7 +23,7 @@ import (
 
 // fastPlan reports whether pl takes the float32 path.
 func fastPlan(pl *plan) bool {
-	if pl.info.DType != "BF16" && pl.info.DType != "F16" || len(pl.ops) == 0 {
+	if pl.info.DType != pipeline.BF16 && pl.info.DType != pipeline.F16 || len(pl.ops) == 0 {
 		return false
 	}
 	for _, o := range pl.ops {
@@ -90,8 +91,8 @@ func addLowRank32Rows(x, u, v []float32, n, cols, r int) {
 }
 
 // decode16 widens little-endian BF16 or F16 values to float32 (exact).
-func decode16(dtype string, dst []float32, b []byte) {
-	if dtype == "BF16" {
+func decode16(dtype pipeline.DType, dst []float32, b []byte) {
+	if dtype == pipeline.BF16 {
 		for i := decodeBF16F32Vec(dst, b); i < len(dst); i++ {
 			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 		}
@@ -102,17 +103,11 @@ func decode16(dtype string, dst []float32, b []byte) {
 	}
 }
 
-// bf16From32 rounds a float32 to bfloat16 bits, to nearest even.
-func bf16From32(f float32) uint16 {
-	b := math.Float32bits(f)
-	return uint16((b + 0x7FFF + (b>>16)&1) >> 16)
-}
-
 // encode16 rounds x to BF16 or F16 (nearest even) into dst and returns the index of the first value that is
 // not finite in the dtype, or -1.
-func encode16(dtype string, dst []byte, x []float32) int {
+func encode16(dtype pipeline.DType, dst []byte, x []float32) int {
 	dst = dst[:2*len(x)]
-	if dtype == "BF16" {
+	if dtype == pipeline.BF16 {
 		for j := 0; j < len(x); {
 			if done := encodeF32BF16Vec(dst[2*j:], x[j:]); done > 0 {
 				j += done
@@ -122,7 +117,7 @@ func encode16(dtype string, dst []byte, x []float32) int {
 				if math.Float32bits(x[j])&0x7F800000 == 0x7F800000 {
 					return j
 				}
-				h := bf16From32(x[j])
+				h := half.F32ToBF16(x[j])
 				if h&0x7F80 == 0x7F80 {
 					return j
 				}
@@ -165,7 +160,7 @@ func (s *Source) rows16(ctx context.Context, pl *plan, row0, n int64, out []byte
 	var base int64 // offset of the tensor in bm
 	if s.raw != nil {
 		t, ok := s.raw.Tensor(pl.src)
-		if !ok || string(t.DType) != dt {
+		if !ok || t.DType != dt {
 			return fmt.Errorf("merge: tensor %q: base tensor %q is missing or not %s", pl.info.Name, pl.src, dt)
 		}
 		if bm, base = s.maps.file(t.File), t.Offset; bm == nil {
@@ -212,7 +207,7 @@ func (s *Source) rows16(ctx context.Context, pl *plan, row0, n int64, out []byte
 		// BF16 rows in groups of four in one pass (fused4BF16AVX2), the rest (and a group that overflows,
 		// to report it) through float32 scratch.
 		var done int64
-		if src != nil && dt == "BF16" {
+		if src != nil && dt == pipeline.BF16 {
 			if err := guard(func() error {
 				done = int64(fusedBF16Rows(o, src, ld.u32[r*R:(r+k)*R], ld.v32, int(k), int(cols), int(R)))
 				return nil
@@ -223,7 +218,7 @@ func (s *Source) rows16(ctx context.Context, pl *plan, row0, n int64, out []byte
 		if done == k {
 			continue
 		}
-		if src != nil && dt == "BF16" && raw != nil { // in place: the fused pass may have rewritten what is left
+		if src != nil && dt == pipeline.BF16 && raw != nil { // in place: the fused pass may have rewritten what is left
 			if _, err := raw.ReadAt(o[done*cols*2:], (r+done)*cols*2); err != nil {
 				return fmt.Errorf("merge: tensor %q: read: %w", pl.src, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/phonellm/phonellm/internal/half"
 )
 
 // TestAddLowRank32Rows checks the float32 kernel (four-row vector part, row and column tails) against a plain
@@ -141,7 +143,7 @@ func TestFusedBF16Rows(t *testing.T) {
 						if i%97 == 0 { // values on and beside bf16 midpoints after the update
 							f = math.Float32frombits(math.Float32bits(f) | 0x8000)
 						}
-						binary.LittleEndian.PutUint16(src[2*i:], bf16From32(f))
+						binary.LittleEndian.PutUint16(src[2*i:], half.F32ToBF16(f))
 					}
 					u := make([]float32, n*r)
 					v := make([]float32, r*cols)

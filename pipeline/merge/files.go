@@ -3,8 +3,6 @@ package merge
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -222,30 +220,11 @@ func hashInput(ctx context.Context, path string, maps *baseMaps) (int64, string,
 	if bm := maps.file(path); bm != nil {
 		return bm.hash(ctx)
 	}
-	f, err := os.Open(path)
+	n, sum, err := fsx.HashFileContext(ctx, path)
 	if err != nil {
 		return 0, "", fmt.Errorf("merge: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20))
-	if err != nil {
-		return 0, "", fmt.Errorf("merge: hash %s: %w", path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// ctxReader stops a long read when the context is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
+	return n, sum, nil
 }
 
 func (h *inputHashes) wait() (*inputHashes, error) {

@@ -289,8 +289,7 @@ func TestTieFlagWithHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "model.layers.1.self_attn.q_proj.weight"
-	defer func(b int) { blockBytes = b }(blockBytes)
-	blockBytes = 4 * 256 * 10 // ten rows per sub-block
+	src.blockBytes = 4 * 256 * 10 // ten rows per sub-block
 	all, err := src.ReadRows(context.Background(), name, 0, 256, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -379,9 +378,6 @@ func TestWrapEqualsWrittenCheckpoint(t *testing.T) {
 // TestHashCache: with Options.HashCache a base merged before is not read again for the provenance hashes
 // (the record then carries the cached values), and a base file that changed is hashed again.
 func TestHashCache(t *testing.T) {
-	old := hashcache.RacyMargin
-	hashcache.RacyMargin = 0 // the base was just written; see hashcache.Put
-	defer func() { hashcache.RacyMargin = old }()
 	dir := t.TempDir()
 	spec := preset(t, "qwen3")
 	base := genBase(t, filepath.Join(dir, "base"), spec)
@@ -389,7 +385,9 @@ func TestHashCache(t *testing.T) {
 	cache := filepath.Join(dir, "hashes")
 	files := func(out string) map[string]FileHash {
 		t.Helper()
-		if _, err := Run(context.Background(), Options{Base: base, Adapters: []AdapterRef{{Path: ad}}, Out: out, HashCache: cache}, nil); err != nil {
+		hc := hashcache.Open(cache)
+		hc.RacyMargin = 0 // the base was just written; see hashcache.Put
+		if _, err := Run(context.Background(), Options{Base: base, Adapters: []AdapterRef{{Path: ad}}, Out: out, hashCache: hc}, nil); err != nil {
 			t.Fatal(err)
 		}
 		b, err := os.ReadFile(filepath.Join(out, ProvenanceName))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-
-	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
 // scanChunk is the number of values the adapter scan reads at a time.
@@ -20,21 +18,17 @@ func (p *planner) scan(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			rows, rowLen, err := safetensors.Rows(t)
-			if err != nil {
-				return fmt.Errorf("merge: adapter %s: %w", a.Dir, err)
-			}
-			step := max(1, scanChunk/max(rowLen, 1))
+			total := t.NumElements()
 			allZero := true
-			for r0 := int64(0); r0 < rows; r0 += step {
-				n := min(step, rows-r0)
-				buf, err = a.st.ReadRows(t.Name, r0, n, buf)
+			for off := int64(0); off < total; off += scanChunk {
+				var err error
+				buf, err = a.st.ReadElements(t.Name, off, min(scanChunk, total-off), buf)
 				if err != nil {
 					return fmt.Errorf("merge: adapter %s: %w", a.Dir, err)
 				}
 				for i, v := range buf {
 					if v != v || math.IsInf(float64(v), 0) {
-						idx := r0*rowLen + int64(i)
+						idx := off + int64(i)
 						return formatErr(a.Dir, "tensor %q %v holds %v at flat index %d: the adapter is corrupt (training diverged?)", t.Name, t.Shape, v, idx)
 					}
 					if v != 0 {

@@ -21,11 +21,11 @@ type Report struct {
 
 // TensorReport lists the steps applied to one tensor, in order.
 type TensorReport struct {
-	Name  string     `json:"name"`
-	DType string     `json:"dtype"`
-	Shape []int64    `json:"shape"`
-	From  string     `json:"from,omitempty"` // base tensor the initial value comes from, when not Name
-	Ops   []OpReport `json:"ops"`
+	Name  string         `json:"name"`
+	DType pipeline.DType `json:"dtype"`
+	Shape []int64        `json:"shape"`
+	From  string         `json:"from,omitempty"` // base tensor the initial value comes from, when not Name
+	Ops   []OpReport     `json:"ops"`
 }
 
 // OpReport is one adapter's step on a tensor.
@@ -52,6 +52,9 @@ type Source struct {
 	outs     freeList[byte]          // encoded row blocks
 	raw      *safetensors.Checkpoint // the base's files, when the output stage reads them directly
 	maps     *baseMaps               // raw's files mapped, shared with the provenance hash (Run)
+	// blockBytes is the float32 size of the row blocks the output stage and the DoRA pass work in
+	// (defaultBlockBytes; tests make it small to exercise sub-blocks).
+	blockBytes int
 }
 
 var _ pipeline.TensorSource = (*Source)(nil)
@@ -103,7 +106,7 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 		return nil, nil, err
 	}
 	s := &Source{base: base, adapters: adapters, plans: p.plans, cache: newFactorCache(defaultCacheBytes),
-		f32s: newFreeList[float32](8), outs: newFreeList[byte](8)}
+		f32s: newFreeList[float32](8), outs: newFreeList[byte](8), blockBytes: defaultBlockBytes}
 	s.infos = slices.Clone(base.Tensors())
 	if untied && p.tied {
 		s.infos = append(s.infos, p.plans[lmHead].info)
@@ -115,7 +118,7 @@ func Wrap(ctx context.Context, base pipeline.TensorSource, baseConfig map[string
 // checkFloat makes sure a tensor that changes is a float tensor the merge can round back to.
 func checkFloat(pl *plan, name string) error {
 	switch pl.info.DType {
-	case "F32", "F16", "BF16":
+	case pipeline.F32, pipeline.F16, pipeline.BF16:
 		return nil
 	}
 	return unsupported("base", "tensor %q is %s: the adapter changes it, but only F32/F16/BF16 weights can be merged (a quantized base? merge into the 16-bit original)", name, pl.info.DType)
@@ -213,7 +216,7 @@ func (s *Source) ReadRows(ctx context.Context, name string, row0, n int64, dst [
 		dst = make([]float32, n*cols)
 	}
 	// Sub-blocks keep the float64 scratch small whatever n the caller asks for.
-	per := max(1, int64(blockBytes)/(4*max(cols, 1)))
+	per := max(1, int64(s.blockBytes)/(4*max(cols, 1)))
 	for r := row0; r < row0+n; r += per {
 		k := min(per, row0+n-r)
 		part := dst[(r-row0)*cols : (r-row0+k)*cols]

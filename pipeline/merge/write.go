@@ -59,7 +59,7 @@ func writeShards(ctx context.Context, src *Source, raw *safetensors.Checkpoint, 
 	plan := make([]safetensors.WriteInfo, len(infos))
 	var total int64
 	for i, t := range infos {
-		plan[i] = safetensors.WriteInfo{Name: t.Name, DType: safetensors.DType(t.DType), Shape: t.Shape}
+		plan[i] = safetensors.WriteInfo{Name: t.Name, DType: t.DType, Shape: t.Shape}
 		total += plan[i].Size()
 	}
 	shards := safetensors.PlanShards(plan, maxShard)
@@ -222,7 +222,7 @@ func produce(ctx context.Context, src *Source, raw *safetensors.Checkpoint, shar
 					size, step = 0, 1 // fill reports the error
 				} else {
 					size = pl.info.Rows()
-					step = max(1, int64(blockBytes)/(4*max(pl.info.RowLen(), 1)))
+					step = max(1, int64(src.blockBytes)/(4*max(pl.info.RowLen(), 1)))
 				}
 			}
 			for off := int64(0); off == 0 || off < size; off += step {
@@ -273,7 +273,7 @@ func fill(ctx context.Context, src *Source, raw *safetensors.Checkpoint, j *job)
 		return src.rows16(ctx, pl, j.off, j.n, j.out)
 	}
 	return src.rows(ctx, pl, j.off, j.n, func(x []float64) error {
-		if i := encodeBlock(string(j.t.DType), j.out, x); i >= 0 {
+		if i := encodeBlock(j.t.DType, j.out, x); i >= 0 {
 			return notFinite(pl, j.off, cols, i, x[i])
 		}
 		return nil

@@ -2,16 +2,14 @@ package publish
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
-)
+	"go.yaml.in/yaml/v3"
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/phonellm/phonellm/internal/testkit/golden"
+)
 
 func fullCard() *Card {
 	return &Card{
@@ -44,20 +42,7 @@ func TestCardGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "card.golden.md")
-	if *update {
-		os.MkdirAll("testdata", 0o755)
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("card differs from %s (run with -update after checking):\n%s", golden, got)
-	}
+	golden.Check(t, filepath.Join("testdata", "card.golden.md"), got)
 }
 
 func TestCardFrontMatterParses(t *testing.T) {

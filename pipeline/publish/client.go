@@ -56,6 +56,9 @@ func (e *HubError) Error() string {
 	return s
 }
 
+// RemoteError classifies the error (pipeline.IsRemoteError): the Hub refused or failed.
+func (e *HubError) RemoteError() bool { return true }
+
 // Hint suggests what the user can do, for the CLI to print.
 func (e *HubError) Hint() string {
 	switch e.Status {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // journal remembers, per repo and revision, the sha256 of local files (by
@@ -159,19 +161,7 @@ func (j *journal) saveLocked() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".journal-*")
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	_, werr := tmp.Write(b)
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("journal: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), j.path); err != nil {
-		os.Remove(tmp.Name())
+	if _, err := fsx.WriteFile(j.path, b); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	return nil

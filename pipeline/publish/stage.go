@@ -404,6 +404,9 @@ func (e *UnverifiedError) Error() string {
 
 func (e *UnverifiedError) Unwrap() error { return e.Err }
 
+// RemoteError classifies the error (pipeline.IsRemoteError): the Hub refused or failed.
+func (e *UnverifiedError) RemoteError() bool { return true }
+
 // VerifyError lists files whose committed size or hash is not what was
 // uploaded.
 type VerifyError struct{ Problems []string }
@@ -411,6 +414,9 @@ type VerifyError struct{ Problems []string }
 func (e *VerifyError) Error() string {
 	return "the Hub's file list does not match the upload: " + strings.Join(e.Problems, "; ")
 }
+
+// RemoteError classifies the error (pipeline.IsRemoteError): the Hub refused or failed.
+func (e *VerifyError) RemoteError() bool { return true }
 
 func compareTree(entries []TreeEntry, plan []planned) error {
 	byPath := map[string]TreeEntry{}

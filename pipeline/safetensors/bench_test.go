@@ -42,13 +42,10 @@ func BenchmarkReadRowsQwen3Shape(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				for _, t := range c.Tensors() {
-					rows, rowLen, err := Rows(t)
-					if err != nil {
-						continue // scalars
-					}
-					block := max(1, (1<<20)/max(rowLen, 1))
-					for r := int64(0); r < rows; r += block {
-						if buf, err = c.ReadRows(t.Name, r, min(block, rows-r), buf); err != nil {
+					n := t.NumElements()
+					for off := int64(0); off < n; off += 1 << 20 {
+						var err error
+						if buf, err = c.ReadElements(t.Name, off, min(1<<20, n-off), buf); err != nil {
 							b.Fatal(err)
 						}
 					}

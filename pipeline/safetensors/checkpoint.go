@@ -242,15 +242,6 @@ func (c *Checkpoint) ReadFloat32(name string, dst []float32) ([]float32, error) 
 	return readFloat32(f.r, t, 0, t.NumElements(), dst)
 }
 
-// ReadRows reads rows [row0, row0+nrows) of a tensor as float32 (see Rows).
-func (c *Checkpoint) ReadRows(name string, row0, nrows int64, dst []float32) ([]float32, error) {
-	t, f, err := c.lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	return readRows(f.r, t, row0, nrows, dst)
-}
-
 // Close closes every file.
 func (c *Checkpoint) Close() error {
 	var first error
@@ -263,15 +254,11 @@ func (c *Checkpoint) Close() error {
 }
 
 // ReadElements reads n elements of a tensor starting at element off (in row-major order) as float32, reusing
-// dst when it is large enough. Callers with other row conventions (pipeline.TensorSource counts rows of the
-// last dimension) read through it.
+// dst when it is large enough.
 func (c *Checkpoint) ReadElements(name string, off, n int64, dst []float32) ([]float32, error) {
 	t, f, err := c.lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	if total := t.NumElements(); off < 0 || n < 0 || off > total || n > total-off {
-		return nil, fmt.Errorf("safetensors: %s: tensor %q: elements [%d, %d) outside its %d", t.File, t.Name, off, off+n, total)
-	}
-	return readFloat32(f.r, t, off, n, dst)
+	return readElements(f.r, t, off, n, dst)
 }

@@ -5,8 +5,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"os"
+	"io"
 	"sync"
+	"syscall"
 	"unsafe"
 )
 
@@ -30,7 +31,7 @@ const directAlign = 4096
 // in parallel. Flush sends the last, partial chunk padded to the alignment, waits for everything and cuts
 // the padding off.
 type directWriter struct {
-	f      *os.File
+	f      directFile
 	free   chan []byte // chunks ready to be filled
 	hashQ  chan chunk
 	writeQ chan chunk
@@ -50,8 +51,15 @@ type chunk struct {
 	off int64
 }
 
+// directFile is what the direct writer needs of the output file (an *fsx.File or an *os.File).
+type directFile interface {
+	syscall.Conn
+	io.WriterAt
+	Truncate(size int64) error
+}
+
 // newDirectWriter switches f to direct I/O, or returns nil when that is not possible here.
-func newDirectWriter(f *os.File) *directWriter {
+func newDirectWriter(f directFile) *directWriter {
 	if !setDirect(f, true) {
 		return nil
 	}

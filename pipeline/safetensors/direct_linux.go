@@ -2,13 +2,13 @@ package safetensors
 
 import (
 	"errors"
-	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // setDirect turns O_DIRECT on or off for f and reports whether that worked.
-func setDirect(f *os.File, on bool) bool {
+func setDirect(f syscall.Conn, on bool) bool {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return false

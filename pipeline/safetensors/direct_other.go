@@ -2,9 +2,9 @@
 
 package safetensors
 
-import "os"
+import "syscall"
 
 // setDirect reports false: direct I/O is only used on Linux.
-func setDirect(f *os.File, on bool) bool { return false }
+func setDirect(f syscall.Conn, on bool) bool { return false }
 
 func isInvalid(err error) bool { return false }

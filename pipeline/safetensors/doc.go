@@ -16,7 +16,7 @@
 // Reading goes through io.ReaderAt (File), optionally backed by a read-only
 // mmap (OpenMmap). Checkpoint opens a Hugging Face model directory, single
 // file or sharded through model.safetensors.index.json, and reads tensors or
-// row blocks of them as float32 (F32, F16 and BF16 are converted with package
+// element ranges of them as float32 (F32, F16 and BF16 are converted with package
 // half). Writer plans every tensor first, then streams bodies in the planned
 // order into a temporary file that Commit fsyncs and renames into place.
 //

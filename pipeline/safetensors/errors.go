@@ -18,6 +18,9 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("safetensors: %s: %s", e.Path, e.Msg)
 }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *FormatError) InputError() bool { return true }
+
 // UnsupportedError reports a valid file that uses something this package does
 // not handle, such as an unknown dtype or reading an F8 tensor as float32.
 type UnsupportedError struct {
@@ -30,6 +33,9 @@ type UnsupportedError struct {
 func (e *UnsupportedError) Error() string {
 	return fmt.Sprintf("safetensors: %s: tensor %q: %s", e.Path, e.Tensor, e.Msg)
 }
+
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *UnsupportedError) InputError() bool { return true }
 
 func formatErr(path, tensor, format string, args ...any) *FormatError {
 	return &FormatError{Path: path, Tensor: tensor, Msg: fmt.Sprintf(format, args...)}

@@ -160,43 +160,22 @@ func (f *File) ReadFloat32(name string, dst []float32) ([]float32, error) {
 	return readFloat32(f.r, t, 0, t.NumElements(), dst)
 }
 
-// ReadRows reads rows [row0, row0+nrows) of a tensor as float32, where a
-// row is everything after the first dimension (a 1-D tensor is one row).
-func (f *File) ReadRows(name string, row0, nrows int64, dst []float32) ([]float32, error) {
+// ReadElements reads n elements of a tensor starting at element off (in row-major order) as float32, reusing
+// dst when it is large enough. (What a row is belongs to the caller: pipeline.TensorInfo defines it.)
+func (f *File) ReadElements(name string, off, n int64, dst []float32) ([]float32, error) {
 	t, err := f.lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	return readRows(f.r, t, row0, nrows, dst)
+	return readElements(f.r, t, off, n, dst)
 }
 
-// Rows returns the row count and row length ReadRows uses for t: shape[0]
-// rows of prod(shape[1:]) elements, or one row for a 1-D tensor.
-func Rows(t TensorInfo) (rows, rowLen int64, err error) {
-	switch len(t.Shape) {
-	case 0:
-		return 0, 0, fmt.Errorf("safetensors: %s: tensor %q is a scalar and has no rows", t.File, t.Name)
-	case 1:
-		return 1, t.Shape[0], nil
+// readElements checks the element range [off, off+n) against t and reads it.
+func readElements(r io.ReaderAt, t TensorInfo, off, n int64, dst []float32) ([]float32, error) {
+	if total := t.NumElements(); off < 0 || n < 0 || off > total || n > total-off {
+		return nil, fmt.Errorf("safetensors: %s: tensor %q: elements [%d, %d) outside its %d", t.File, t.Name, off, off+n, total)
 	}
-	rowLen, err = numElements(t.Shape[1:])
-	if err != nil {
-		return 0, 0, formatErr(t.File, t.Name, "%v", err)
-	}
-	return t.Shape[0], rowLen, nil
-}
-
-func readRows(r io.ReaderAt, t TensorInfo, row0, nrows int64, dst []float32) ([]float32, error) {
-	rows, rowLen, err := Rows(t)
-	if err != nil {
-		return nil, err
-	}
-	if row0 < 0 || nrows < 0 || row0 > rows || nrows > rows-row0 {
-		return nil, fmt.Errorf("safetensors: %s: tensor %q: rows [%d, %d) outside its %d rows", t.File, t.Name, row0, row0+nrows, rows)
-	}
-	// row0*rowLen and nrows*rowLen are at most NumElements, which is known
-	// not to overflow.
-	return readFloat32(r, t, row0*rowLen, nrows*rowLen, dst)
+	return readFloat32(r, t, off, n, dst)
 }
 
 // chunkBytes is the size of the scratch buffer float reads decode through.
@@ -218,7 +197,7 @@ func readFloat32(r io.ReaderAt, t TensorInfo, off, n int64, dst []float32) ([]fl
 	} else {
 		dst = make([]float32, n)
 	}
-	es := t.DType.elemBytes()
+	es := elemBytes(t.DType)
 	bp := scratchPool.Get().(*[]byte)
 	defer scratchPool.Put(bp)
 	buf := *bp

@@ -94,8 +94,8 @@ func TestUnsupportedRead(t *testing.T) {
 		if !errors.As(err, &ue) || ue.Tensor != name || !strings.Contains(err.Error(), path) {
 			t.Errorf("ReadFloat32(%s): %v, want *UnsupportedError naming file and tensor", name, err)
 		}
-		if _, err := f.ReadRows(name, 0, 1, nil); !errors.As(err, &ue) {
-			t.Errorf("ReadRows(%s): %v, want *UnsupportedError", name, err)
+		if _, err := f.ReadElements(name, 0, 1, nil); !errors.As(err, &ue) {
+			t.Errorf("ReadElements(%s): %v, want *UnsupportedError", name, err)
 		}
 	}
 	// Raw access still works for any dtype.

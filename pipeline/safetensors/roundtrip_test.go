@@ -166,7 +166,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReadRows(t *testing.T) {
+// TestReadElements reads element ranges (what were row blocks of shape[0] before "row" got its one meaning
+// in pipeline.TensorInfo): rows 2..3 of a [5,7] tensor are elements 14..27.
+func TestReadElements(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.safetensors")
 	_, vals := writeSample(t, path, true)
 	c, err := OpenFiles(path)
@@ -175,34 +177,34 @@ func TestReadRows(t *testing.T) {
 	}
 	defer c.Close()
 	dst := make([]float32, 0, 1000)
-	got, err := c.ReadRows("model.embed.weight", 2, 2, dst)
+	got, err := c.ReadElements("model.embed.weight", 14, 14, dst)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, vals["model.embed.weight"][14:28]) {
-		t.Errorf("rows 2..3 = %v", got)
+		t.Errorf("elements 14..27 = %v", got)
 	}
 	if &got[0] != &dst[:1][0] {
 		t.Error("dst with enough capacity was not reused")
 	}
-	got, err = c.ReadRows("brain", 1, 1, nil)
+	got, err = c.ReadElements("brain", 6, 6, nil)
 	if err != nil || !reflect.DeepEqual(got, rounded(BF16, vals["brain"][6:12])) {
-		t.Errorf("brain row 1 = %v, %v", got, err)
+		t.Errorf("brain elements 6..11 = %v, %v", got, err)
 	}
-	got, err = c.ReadRows("big", 1, 2, nil)
+	got, err = c.ReadElements("big", 100000, 200000, nil)
 	if err != nil || !reflect.DeepEqual(got, vals["big"][100000:]) {
-		t.Errorf("big rows: %v", err)
+		t.Errorf("big elements: %v", err)
 	}
-	if got, err := c.ReadRows("empty", 0, 0, nil); err != nil || len(got) != 0 {
+	if got, err := c.ReadElements("empty", 0, 0, nil); err != nil || len(got) != 0 {
 		t.Errorf("empty: %v %v", got, err)
 	}
-	for _, bad := range [][2]int64{{-1, 1}, {4, 2}, {0, 6}, {6, 0}, {2, math.MaxInt64}} {
-		if _, err := c.ReadRows("model.embed.weight", bad[0], bad[1], nil); err == nil || !strings.Contains(err.Error(), "model.embed.weight") {
-			t.Errorf("ReadRows(%v): %v, want error naming the tensor", bad, err)
+	for _, bad := range [][2]int64{{-1, 1}, {28, 14}, {0, 42}, {42, 0}, {14, math.MaxInt64}} {
+		if _, err := c.ReadElements("model.embed.weight", bad[0], bad[1], nil); err == nil || !strings.Contains(err.Error(), "model.embed.weight") {
+			t.Errorf("ReadElements(%v): %v, want error naming the tensor", bad, err)
 		}
 	}
-	if _, err := c.ReadRows("scalar", 0, 1, nil); err == nil {
-		t.Error("ReadRows on a scalar succeeded")
+	if _, err := c.ReadElements("scalar", 0, 2, nil); err == nil {
+		t.Error("reading two elements of a scalar succeeded")
 	}
 	if _, err := c.ReadFloat32("nope", nil); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("missing tensor: %v", err)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // PlanShards splits tensors, in order, into shards of at most maxShardBytes
@@ -74,7 +76,7 @@ func WriteIndex(dir string, shards [][]WriteInfo, names []string, totalSize int6
 		return fmt.Errorf("safetensors: index for %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, IndexFileName)
-	if err := writeFileAtomic(path, data); err != nil {
+	if _, err := fsx.WriteFile(path, data); err != nil {
 		return fmt.Errorf("safetensors: write %s: %w", path, err)
 	}
 	return nil

@@ -3,18 +3,14 @@ package safetensors
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/internal/half"
 )
 
@@ -37,20 +33,19 @@ func (w WriteInfo) Size() int64 {
 // Writer writes one safetensors file in two phases: Create plans the header
 // from every tensor's dtype and shape, then the bodies are streamed in the
 // planned order (WriteTensor, WriteFloat32 or StreamTensor). The output goes
-// to a temporary file next to the destination; Commit fsyncs and renames it,
-// Abort removes it.
+// to a temporary file next to the destination (package fsx, which also
+// hashes it); Commit fsyncs and renames it, Abort removes it.
 type Writer struct {
-	path, tmp string
-	f         *os.File
-	bw        sink // buffered, or direct I/O (WriterOptions.Direct)
-	h         hash.Hash
-	plan      []TensorInfo
-	next      int   // index of the next tensor to start
-	left      int64 // bytes still owed to the tensor being streamed
-	size      int64
-	err       error // sticky
-	done      bool
-	sum       string
+	path string
+	f    *fsx.File
+	bw   sink // buffered, or direct I/O (WriterOptions.Direct)
+	plan []TensorInfo
+	next int   // index of the next tensor to start
+	left int64 // bytes still owed to the tensor being streamed
+	size int64
+	err  error // sticky
+	done bool
+	sum  string
 }
 
 // sink is where the Writer's bytes go: a bufio.Writer over the file, or a directWriter.
@@ -82,9 +77,9 @@ func CreateWith(path string, tensors []WriteInfo, metadata map[string]string, o 
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	f, err := fsx.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: create %s: %w", path, err)
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	var bw sink
 	if o.Direct {
@@ -93,7 +88,7 @@ func CreateWith(path string, tensors []WriteInfo, metadata map[string]string, o 
 	if bw == nil {
 		bw = bufio.NewWriterSize(f, 1<<20)
 	}
-	w := &Writer{path: path, tmp: f.Name(), f: f, bw: bw, h: sha256.New(), plan: plan}
+	w := &Writer{path: path, f: f, bw: bw, plan: plan}
 	if err := w.write(header); err != nil {
 		w.Abort()
 		return nil, err
@@ -196,30 +191,11 @@ func (w *Writer) Plan() []TensorInfo {
 	return out
 }
 
-// asyncHashBytes is the write size from which the sha256 of a write runs on another goroutine while the
-// bytes go to the file (both only read p), so a large write costs max(hash, write) instead of their sum.
-const asyncHashBytes = 256 << 10
-
 func (w *Writer) write(p []byte) error {
 	if w.err != nil {
 		return w.err
 	}
-	var err error
-	if _, ok := w.bw.(*directWriter); ok { // it hashes on its own goroutine
-		_, err = w.bw.Write(p)
-	} else if len(p) >= asyncHashBytes {
-		done := make(chan struct{})
-		go func() {
-			w.h.Write(p)
-			close(done)
-		}()
-		_, err = w.bw.Write(p)
-		<-done
-	} else {
-		_, err = w.bw.Write(p)
-		w.h.Write(p)
-	}
-	if err != nil {
+	if _, err := w.bw.Write(p); err != nil {
 		w.err = fmt.Errorf("safetensors: write %s: %w", w.path, err)
 		return w.err
 	}
@@ -316,7 +292,7 @@ func EncodeFloat32(out io.Writer, dtype DType, src []float32) (int64, error) {
 	if !dtype.Float() {
 		return 0, fmt.Errorf("safetensors: cannot encode float32 as %s", dtype)
 	}
-	es := int(dtype.elemBytes())
+	es := int(elemBytes(dtype))
 	bp := scratchPool.Get().(*[]byte)
 	defer scratchPool.Put(bp)
 	buf := *bp
@@ -362,31 +338,20 @@ func (w *Writer) Commit() error {
 		w.Abort()
 		return err
 	}
-	err := w.bw.Flush()
-	if err == nil {
-		err = w.f.Chmod(0o644)
-	}
-	if err == nil {
-		err = w.f.Sync()
-	}
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.tmp, w.path)
-	}
-	if err != nil {
-		os.Remove(w.tmp)
-		w.done = true
+	if err := w.bw.Flush(); err != nil {
+		w.Abort()
 		return fmt.Errorf("safetensors: commit %s: %w", w.path, err)
 	}
-	w.done = true
+	sum := w.f.Sum() // bytes that went through the buffered writer
 	if d, ok := w.bw.(*directWriter); ok {
-		w.sum = d.Sum()
-	} else {
-		w.sum = hex.EncodeToString(w.h.Sum(nil))
+		sum = d.Sum() // the direct writer hashes on its own goroutine and writes with WriteAt
 	}
-	return syncDir(filepath.Dir(w.path))
+	w.done = true
+	if err := w.f.Commit(); err != nil {
+		return fmt.Errorf("safetensors: commit %s: %w", w.path, err)
+	}
+	w.sum = sum
+	return nil
 }
 
 // Abort discards the temporary file. It is a no-op after Commit.
@@ -401,8 +366,8 @@ func (w *Writer) Abort() error {
 	if d, ok := w.bw.(*directWriter); ok {
 		d.stop() // no background write may outlive the file
 	}
-	w.f.Close()
-	return os.Remove(w.tmp)
+	w.f.Abort()
+	return nil
 }
 
 // Size returns the number of bytes written so far (the file size after
@@ -411,43 +376,3 @@ func (w *Writer) Size() int64 { return w.size }
 
 // SHA256 returns the hex sha256 of the committed file ("" before Commit).
 func (w *Writer) SHA256() string { return w.sum }
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("safetensors: sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("safetensors: sync %s: %w", dir, err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory, fsynced and renamed into place.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}

@@ -10,13 +10,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // FileName is the project file at the root of a workspace.
@@ -46,12 +47,17 @@ type Project struct {
 
 // Record is what one stage run produced.
 type Record struct {
-	Stage     string              `json:"stage"`
-	Key       string              `json:"key"` // fingerprint of inputs + options; equal key = nothing to redo
-	Inputs    map[string]string   `json:"inputs"`
-	Options   map[string]any      `json:"options,omitempty"`
-	Artifacts []pipeline.Artifact `json:"artifacts"`
-	Time      time.Time           `json:"time"`
+	Stage      string              `json:"stage"`
+	Key        string              `json:"key"`    // fingerprint of inputs + options; equal key = nothing to redo
+	Inputs     map[string]string   `json:"inputs"` // input name → fingerprint
+	InputPaths map[string]string   `json:"input_paths,omitempty"`
+	Options    map[string]any      `json:"options,omitempty"`
+	Artifacts  []pipeline.Artifact `json:"artifacts"`
+	Result     json.RawMessage     `json:"result,omitempty"` // the stage's Result, as it printed it
+	// OneOff: the run used inputs or an output given on the command line instead of the workspace's (see
+	// Step.OneOff); later stages never read its outputs.
+	OneOff bool      `json:"one_off,omitempty"`
+	Time   time.Time `json:"time"`
 }
 
 // State is the content of .phonellm/state.json.
@@ -160,13 +166,21 @@ func (w *Workspace) Rel(p string) string {
 func isURL(p string) bool { return strings.Contains(p, "://") }
 
 // Record stores a stage result (replacing an older record with the same stage and key) and saves the state.
+// Paths inside the workspace are stored relative to its root.
 func (w *Workspace) Record(r Record) error {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
 	}
+	// Copies: the caller's Result still holds these slices and maps, with the paths it printed.
+	r.Artifacts = slices.Clone(r.Artifacts)
 	for i := range r.Artifacts {
 		r.Artifacts[i].Path = w.Rel(r.Artifacts[i].Path)
 	}
+	paths := make(map[string]string, len(r.InputPaths))
+	for k, p := range r.InputPaths {
+		paths[k] = w.Rel(p)
+	}
+	r.InputPaths = paths
 	kept := w.State.Records[:0]
 	for _, old := range w.State.Records {
 		if !(old.Stage == r.Stage && old.Key == r.Key) {
@@ -174,46 +188,56 @@ func (w *Workspace) Record(r Record) error {
 		}
 	}
 	w.State.Records = append(kept, &r)
+	return w.save()
+}
+
+// save writes the state file atomically.
+func (w *Workspace) save() error {
 	w.State.Version = 1
-	b, err := json.MarshalIndent(w.State, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Join(w.Root, ".phonellm"), 0o755); err != nil {
-		return err
-	}
-	_, err = fsx.WriteFile(filepath.Join(w.Root, stateFile), append(b, '\n'))
+	_, err := fsx.WriteJSON(filepath.Join(w.Root, stateFile), w.State)
 	return err
 }
 
-// Latest returns the newest record of a stage, or nil.
+// Latest returns the newest record of a stage that belongs to the workspace's chain (not a one-off run), or
+// nil.
 func (w *Workspace) Latest(stage string) *Record {
 	for i := len(w.State.Records) - 1; i >= 0; i-- {
-		if w.State.Records[i].Stage == stage {
-			return w.State.Records[i]
+		if r := w.State.Records[i]; r.Stage == stage && !r.OneOff {
+			return r
 		}
 	}
 	return nil
 }
 
 // LatestArtifact returns the newest artifact of a kind from any of the given stages (searched newest first),
-// with its path resolved.
+// with its path resolved: what a later stage reads by default. One-off runs (Step.OneOff) never count, and
+// neither does an artifact that is no longer on disk (a deleted output is not an input).
 func (w *Workspace) LatestArtifact(kind string, stages ...string) (pipeline.Artifact, bool) {
+	a, _, ok := w.LatestOutput(kind, stages...)
+	return a, ok
+}
+
+// LatestOutput is LatestArtifact with the record the artifact belongs to (its Time says when it was made).
+func (w *Workspace) LatestOutput(kind string, stages ...string) (pipeline.Artifact, *Record, bool) {
 	for i := len(w.State.Records) - 1; i >= 0; i-- {
 		r := w.State.Records[i]
-		for _, s := range stages {
-			if r.Stage != s {
+		if r.OneOff || !contains(stages, r.Stage) {
+			continue
+		}
+		for _, a := range r.Artifacts {
+			if a.Kind != kind {
 				continue
 			}
-			for _, a := range r.Artifacts {
-				if a.Kind == kind {
-					a.Path = w.Path(a.Path)
-					return a, true
+			a.Path = w.Path(a.Path)
+			if !isURL(a.Path) {
+				if _, err := os.Stat(a.Path); err != nil {
+					continue
 				}
 			}
+			return a, r, true
 		}
 	}
-	return pipeline.Artifact{}, false
+	return pipeline.Artifact{}, nil, false
 }
 
 // UpToDate returns the record of stage with this key when every artifact it lists is still on disk with its
@@ -238,17 +262,28 @@ func (w *Workspace) UpToDate(stage, key string) *Record {
 // Key combines input fingerprints and options into a stage key.
 func Key(inputs map[string]string, options map[string]any) string {
 	h := sha256.New()
-	names := make([]string, 0, len(inputs))
-	for k := range inputs {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range sortedKeys(inputs) {
 		fmt.Fprintf(h, "in %s=%s\n", k, inputs[k])
 	}
 	opts, _ := json.Marshal(options) // map keys are sorted by encoding/json
 	h.Write(opts)
 	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+func sortedKeys(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// samePath reports whether two paths name the same file (after making them absolute and clean).
+func samePath(a, b string) bool {
+	x, err1 := filepath.Abs(a)
+	y, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && x == y
 }
 
 // Fingerprint returns a sha256 over (relative path, size, mtime) of a file or of every regular file under a

@@ -351,17 +351,15 @@ func TestScore(t *testing.T) {
 }
 
 func TestCPUModel(t *testing.T) {
-	old := cpuInfoPath
-	t.Cleanup(func() { cpuInfoPath = old })
-	cpuInfoPath = filepath.Join(t.TempDir(), "cpuinfo")
-	if got := cpuModel(); got != "unknown" {
+	cpuInfoPath := filepath.Join(t.TempDir(), "cpuinfo")
+	if got := cpuModel(cpuInfoPath); got != "unknown" {
 		t.Fatalf("missing file: %q", got)
 	}
 	info := "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n\nprocessor\t: 1\nmodel name\t: other\n"
 	if err := os.WriteFile(cpuInfoPath, []byte(info), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := cpuModel(); got != "Intel(R) Xeon(R) CPU @ 2.20GHz" {
+	if got := cpuModel(cpuInfoPath); got != "Intel(R) Xeon(R) CPU @ 2.20GHz" {
 		t.Fatalf("cpu model %q", got)
 	}
 }

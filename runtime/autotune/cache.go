@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Key identifies a cached result: the same model file on the same kind of
@@ -47,8 +49,8 @@ func (k Key) equal(o Key) bool {
 		k.GenerateTokens == o.GenerateTokens && k.Repeats == o.Repeats && k.Workload == o.Workload
 }
 
-// cpuInfoPath is read for the CPU model name (a variable for tests).
-var cpuInfoPath = "/proc/cpuinfo"
+// cpuInfoPath is read for the CPU model name.
+const cpuInfoPath = "/proc/cpuinfo"
 
 func makeKey(o Options) (Key, error) {
 	abs, err := filepath.Abs(o.Model)
@@ -62,7 +64,7 @@ func makeKey(o Options) (Key, error) {
 	if !st.Mode().IsRegular() {
 		return Key{}, fmt.Errorf("autotune: model %s is not a regular file", abs)
 	}
-	k := Key{Model: abs, ModelSize: st.Size(), CPU: cpuModel(), NumCPU: runtime.NumCPU(), GOARCH: runtime.GOARCH,
+	k := Key{Model: abs, ModelSize: st.Size(), CPU: cpuModel(cpuInfoPath), NumCPU: runtime.NumCPU(), GOARCH: runtime.GOARCH,
 		Version: o.Version, Candidates: slices.Clone(o.Candidates), PromptTokens: o.PromptTokens,
 		GenerateTokens: o.GenerateTokens, Repeats: o.Repeats, Workload: o.Workload}
 	if o.HashModel {
@@ -76,20 +78,15 @@ func makeKey(o Options) (Key, error) {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	_, sum, err := fsx.HashFile(path)
 	if err != nil {
 		return "", fmt.Errorf("autotune: hash model: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("autotune: hash model %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return sum, nil
 }
 
-// cpuModel is the first "model name" of /proc/cpuinfo, or "unknown".
-func cpuModel() string {
+// cpuModel is the first "model name" of a cpuinfo file (/proc/cpuinfo), or "unknown".
+func cpuModel(cpuInfoPath string) string {
 	f, err := os.Open(cpuInfoPath)
 	if err != nil {
 		return "unknown"
@@ -158,32 +155,9 @@ func loadCache(path string, k Key) (Result, error) {
 	return r, nil
 }
 
-// storeCache writes r to path atomically (temporary file in the same
-// directory, fsync, rename).
+// storeCache writes r to path atomically (package fsx: temporary file in the same directory, fsync, rename,
+// fsync of the directory).
 func storeCache(path string, r Result) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".autotune-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	_, err := fsx.WriteJSON(path, r)
+	return err
 }

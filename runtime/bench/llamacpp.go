@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/phonellm/phonellm/internal/home"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
@@ -23,7 +24,8 @@ var llamacppScript []byte
 // CompareOptions configure Compare.
 type CompareOptions struct {
 	// OracleDir holds node_modules/node-llama-cpp (scripts/setup-oracle.sh
-	// installs it in $HOME/.cache/phonellm/oracle, the default).
+	// installs it in $PHONELLM_ORACLE_DIR, default ~/.cache/phonellm/oracle:
+	// home.OracleDir).
 	OracleDir string
 	// Node is the node executable; default "node" from PATH.
 	Node string
@@ -69,11 +71,7 @@ func Compare(ctx context.Context, e engine.Engine, o CompareOptions) (CompareRes
 		return CompareResult{}, errors.New("bench: compare: the engine reports no model path")
 	}
 	if o.OracleDir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return CompareResult{}, fmt.Errorf("bench: compare: %w", err)
-		}
-		o.OracleDir = filepath.Join(home, ".cache", "phonellm", "oracle")
+		o.OracleDir = home.OracleDir()
 	}
 	if _, err := os.Stat(filepath.Join(o.OracleDir, "node_modules", "node-llama-cpp", "package.json")); err != nil {
 		return CompareResult{}, fmt.Errorf("bench: compare: node-llama-cpp not installed in %s (run scripts/setup-oracle.sh): %w", o.OracleDir, err)

@@ -189,3 +189,6 @@ func (e *UnsupportedError) Error() string {
 	}
 	return s
 }
+
+// InputError classifies the error (pipeline.IsInputError): the model file is one the engine cannot run.
+func (e *UnsupportedError) InputError() bool { return true }

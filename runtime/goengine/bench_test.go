@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/runtime/bench"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
@@ -121,7 +121,7 @@ func BenchmarkEngine(b *testing.B) {
 // alternating with node-llama-cpp kept loaded) on a tiny model; it needs
 // the oracle.
 func TestCompareWithLlamaCpp(t *testing.T) {
-	dir := oracleDir(t)
+	dir := oracle.RequireModule(t, oracle.EnvDir, "node-llama-cpp/package.json")
 	e := load(t, tinySpec{arch: "qwen3", seed: 51}, Options{ContextLength: 1024})
 	r, err := bench.Compare(context.Background(), e, bench.CompareOptions{OracleDir: dir, PromptTokens: 200, GenerateTokens: 16})
 	if err != nil {
@@ -150,9 +150,8 @@ func BenchmarkCompareWithLlamaCpp(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	home, _ := os.UserHomeDir()
 	for b.Loop() {
-		r, err := bench.Compare(context.Background(), e, bench.CompareOptions{OracleDir: filepath.Join(home, ".cache", "phonellm", "oracle")})
+		r, err := bench.Compare(context.Background(), e, bench.CompareOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

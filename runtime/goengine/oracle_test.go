@@ -1,53 +1,52 @@
 package goengine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/phonellm/phonellm/internal/testkit/oracle"
 
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
-// oracleDir returns the node-llama-cpp install made by
-// scripts/setup-oracle.sh. Without it the oracle tests skip, unless
-// PHONELLM_REQUIRE_ORACLE=1 (set in CI) turns that into a failure.
+// oracleDir returns the node-llama-cpp install made by scripts/setup-oracle.sh, for the tests that run
+// scripts of their own against it; without it they are oracle.Unavailable.
 func oracleDir(t *testing.T) string {
 	t.Helper()
 	return oracle.RequireModule(t, oracle.EnvDir, "node-llama-cpp/package.json")
 }
 
 type oracleOut struct {
-	Prompt []int32 `json:"prompt"`
-	Tokens []int32 `json:"tokens"`
+	Prompt []int32 // the prompt tokenized with special tokens parsed
+	Tokens []int32 // up to n greedy tokens, stopping at (and without) an end-of-generation token
 }
 
-func runOracle(t *testing.T, dir, model, prompt string, n int) oracleOut {
+// runOracle asks upstream llama.cpp (the shared oracle process) for what this engine's Generate returns on the
+// prompt: its tokens and up to n greedy tokens.
+func runOracle(t *testing.T, model, prompt string, n int) oracleOut {
 	t.Helper()
-	in, _ := json.Marshal(map[string]any{"dir": dir, "model": model, "prompt": prompt, "n": n, "threads": 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join("testdata", "greedy.mjs"))
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	o := oracle.Shared(t)
+	ids, err := o.Tokenize(model, prompt, true)
 	if err != nil {
-		t.Fatalf("oracle on %s: %v\n%s", model, err, stderr.String())
+		t.Fatalf("oracle on %s: %v", model, err)
 	}
-	var o oracleOut
-	if err := json.Unmarshal(out, &o); err != nil {
-		t.Fatalf("oracle output %q: %v", out, err)
+	toks, _, err := o.GreedyUntilEOG(model, ids, n)
+	if err != nil {
+		t.Fatalf("oracle on %s: %v", model, err)
 	}
-	return o
+	return oracleOut{Prompt: int32s(ids), Tokens: int32s(toks)}
+}
+
+func int32s(ids []int) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
 }
 
 // TestGreedyMatchesLlamaCpp: with the chat template applied, prompt tokens
@@ -55,7 +54,7 @@ func runOracle(t *testing.T, dir, model, prompt string, n int) oracleOut {
 // and on every GGUF listed in PHONELLM_ORACLE_GGUFS (comma-separated; for
 // example the project's converted and quantized test models).
 func TestGreedyMatchesLlamaCpp(t *testing.T) {
-	dir := oracleDir(t)
+	oracle.Shared(t) // skips (or fails) the test when the oracle is missing
 	for _, path := range strings.Split(os.Getenv("PHONELLM_ORACLE_GGUFS"), ",") {
 		if path = strings.TrimSpace(path); path == "" {
 			continue
@@ -66,7 +65,7 @@ func TestGreedyMatchesLlamaCpp(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			compareWithOracle(t, e, dir)
+			compareWithOracle(t, e)
 		})
 	}
 	for _, spec := range []tinySpec{
@@ -81,12 +80,12 @@ func TestGreedyMatchesLlamaCpp(t *testing.T) {
 			name += "-f16"
 		}
 		t.Run(name, func(t *testing.T) {
-			compareWithOracle(t, load(t, spec, Options{ContextLength: 512}), dir)
+			compareWithOracle(t, load(t, spec, Options{ContextLength: 512}))
 		})
 	}
 }
 
-func compareWithOracle(t *testing.T, e *Engine, dir string) {
+func compareWithOracle(t *testing.T, e *Engine) {
 	for _, msg := range []string{"hello world", "Is this transaction fraud? Amount: 9,999 EUR."} {
 		prompt, err := e.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "system", Content: "Answer briefly."}, {Role: "user", Content: msg}},
 			engine.TemplateOptions{AddGenerationPrompt: true})
@@ -97,7 +96,7 @@ func compareWithOracle(t *testing.T, e *Engine, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := runOracle(t, dir, e.Info().Path, prompt, 32)
+		want := runOracle(t, e.Info().Path, prompt, 32)
 		ids, _ := e.Tokenize(context.Background(), prompt, true)
 		if !slices.Equal(ids, want.Prompt) {
 			t.Fatalf("prompt tokens\n got  %v\n want %v", ids, want.Prompt)

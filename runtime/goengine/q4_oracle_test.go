@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
@@ -80,19 +81,19 @@ const q4Selected = 2
 // upstream llama.cpp's (node-llama-cpp) token for token: on the fixed prompts
 // for F16, on margin-selected prompts for Q4_K_M (see above).
 func TestQuantizedGreedyMatchesLlamaCpp(t *testing.T) {
-	dir := oracleDir(t)
+	oracle.Shared(t) // skips (or fails) the test when the oracle is missing
 	for _, preset := range []string{"qwen3", "qwen35"} {
 		t.Run(preset, func(t *testing.T) {
 			f16, q4 := pipelineGGUFs(t, preset)
 			t.Run("F16", func(t *testing.T) {
 				e := loadOracleEngine(t, f16)
-				compareWithOracle(t, e, dir)
+				compareWithOracle(t, e)
 			})
 			t.Run("Q4_K_M", func(t *testing.T) {
 				e := loadOracleEngine(t, q4)
 				for _, c := range selectPrompts(t, e, q4Candidates(), q4Selected) {
 					t.Logf("prompt %q: smallest top-two margin %.3f at step %d", c.msg, c.minMargin, c.minAt)
-					want := runOracle(t, dir, q4, c.prompt, 32)
+					want := runOracle(t, q4, c.prompt, 32)
 					if !slices.Equal(c.ids, want.Prompt) {
 						t.Fatalf("%q: prompt tokens\n got  %v\n want %v", c.msg, c.ids, want.Prompt)
 					}

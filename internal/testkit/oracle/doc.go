@@ -15,8 +15,9 @@
 //	next, err := o.Greedy(path, ids, 16)     // llama.cpp's greedy sampler, no penalties
 //	chat, err := o.Chat(path, msgs, oracle.ChatOptions{N: 8})
 //
-// Start and Shared skip the test when the oracle is not installed, unless the environment variable CI is
-// non-empty, in which case a missing oracle fails the test. A process start costs about 0.8 s (node-llama-cpp
+// Start and Shared skip the test when the oracle is not installed, unless PHONELLM_REQUIRE_ORACLE=1 (set by
+// scripts/test.sh, so in CI), in which case a missing oracle fails the test: Unavailable is that one rule,
+// and every test that needs an npm oracle (RequireModule) goes through it. A process start costs about 0.8 s (node-llama-cpp
 // imports and tests its prebuilt binary in a child process); loading a small model about 20 ms.
 //
 // Results do not depend on the thread count (checked bit for bit); the default is one thread, because

@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"github.com/phonellm/phonellm/internal/home"
 )
 
 // Environment variables read by this package.
 const (
 	// EnvDir names the set-up cache holding node_modules (default ~/.cache/phonellm/oracle).
-	EnvDir = "PHONELLM_ORACLE_DIR"
+	EnvDir = home.OracleEnv
 	// EnvNode names the node binary (default "node" on PATH).
 	EnvNode = "PHONELLM_NODE"
 	// EnvThreads sets the default llama.cpp thread count of the oracle process (default 1).
@@ -27,17 +29,8 @@ const SetupCommand = "bash scripts/setup-oracle.sh"
 
 const scriptRel = "testdata/js/oracle"
 
-// Dir returns the set-up cache directory: $PHONELLM_ORACLE_DIR, else ~/.cache/phonellm/oracle.
-func Dir() string {
-	if d := os.Getenv(EnvDir); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		home = "/root"
-	}
-	return filepath.Join(home, ".cache", "phonellm", "oracle")
-}
+// Dir returns the set-up cache directory: $PHONELLM_ORACLE_DIR, else ~/.cache/phonellm/oracle (home.OracleDir).
+func Dir() string { return home.OracleDir() }
 
 // scriptDir finds testdata/js/oracle: first by walking up from the working directory to the module root
 // (go test runs in the package directory), then next to this source file.

@@ -110,18 +110,6 @@ func TestTailBuffer(t *testing.T) {
 	}
 }
 
-func TestDirDefault(t *testing.T) {
-	t.Setenv(EnvDir, "")
-	t.Setenv("HOME", "/home/x")
-	if got := Dir(); got != "/home/x/.cache/phonellm/oracle" {
-		t.Fatalf("Dir() = %q", got)
-	}
-	t.Setenv(EnvDir, "/opt/oracle")
-	if got := Dir(); got != "/opt/oracle" {
-		t.Fatalf("Dir() = %q", got)
-	}
-}
-
 type fakeTB struct {
 	testing.TB
 	fatal, skip string
@@ -130,19 +118,27 @@ type fakeTB struct {
 func (f *fakeTB) Helper()                           {}
 func (f *fakeTB) Fatalf(format string, args ...any) { f.fatal = fmt.Sprintf(format, args...) }
 func (f *fakeTB) Skipf(format string, args ...any)  { f.skip = fmt.Sprintf(format, args...) }
+func (f *fakeTB) Skip(args ...any)                  { f.skip = fmt.Sprint(args...) }
 
+// TestRequireAvailableSkipsOrFails: the one rule for a missing oracle: skip, or fail when
+// PHONELLM_REQUIRE_ORACLE=1 (what scripts/test.sh and CI set).
 func TestRequireAvailableSkipsOrFails(t *testing.T) {
 	t.Setenv(EnvDir, t.TempDir())
-	t.Setenv("CI", "")
+	t.Setenv(RequireEnv, "")
 	f := &fakeTB{}
 	requireAvailable(f)
 	if f.fatal != "" || !strings.Contains(f.skip, "not available") {
-		t.Fatalf("without CI: fatal %q skip %q, want a skip", f.fatal, f.skip)
+		t.Fatalf("not required: fatal %q skip %q, want a skip", f.fatal, f.skip)
 	}
-	t.Setenv("CI", "true")
+	t.Setenv(RequireEnv, "1")
 	f = &fakeTB{}
 	requireAvailable(f)
-	if f.skip != "" || !strings.Contains(f.fatal, "required in CI") {
-		t.Fatalf("with CI: fatal %q skip %q, want a failure", f.fatal, f.skip)
+	if f.skip != "" || !strings.Contains(f.fatal, "required: "+RequireEnv) {
+		t.Fatalf("required: fatal %q skip %q, want a failure", f.fatal, f.skip)
+	}
+	f = &fakeTB{}
+	RequireModule(f, "PHONELLM_NO_SUCH_DIR", "no-such-module/index.mjs")
+	if f.skip != "" || f.fatal == "" {
+		t.Fatalf("RequireModule does not follow the same rule: fatal %q skip %q", f.fatal, f.skip)
 	}
 }

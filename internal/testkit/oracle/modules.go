@@ -23,9 +23,24 @@ func FindModule(envOverride, rel string) (string, bool) {
 	return "", false
 }
 
-// RequireModule is FindModule for a test that cannot run without the module and node: it skips when they are
-// missing, and fails instead when CI is set or PHONELLM_REQUIRE_ORACLE=1 (an oracle that silently skips in CI
-// proves nothing).
+// RequireEnv, set to 1, turns a missing oracle from a skipped test into a failed one. scripts/test.sh (and so
+// CI, through .ci/run) sets it: an oracle test that silently skips in CI proves nothing.
+const RequireEnv = "PHONELLM_REQUIRE_ORACLE"
+
+// Unavailable is the one rule for a test whose oracle (an npm package, node, the llama.cpp binding) is not
+// installed: it skips the test, or fails it when PHONELLM_REQUIRE_ORACLE=1. what says what is missing and how
+// to install it.
+func Unavailable(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s (required: %s=1)", what, RequireEnv)
+		return
+	}
+	t.Skip(what)
+}
+
+// RequireModule is FindModule for a test that cannot run without the module and node: when they are missing
+// it calls Unavailable.
 func RequireModule(t testing.TB, envOverride, rel string) string {
 	t.Helper()
 	dir, ok := FindModule(envOverride, rel)
@@ -33,10 +48,6 @@ func RequireModule(t testing.TB, envOverride, rel string) string {
 	if ok && nodeErr == nil {
 		return dir
 	}
-	msg := "npm module " + rel + " or node not installed (run " + SetupCommand + ", or set " + envOverride + ")"
-	if os.Getenv("CI") != "" || os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	Unavailable(t, "npm module "+rel+" or node not installed (run "+SetupCommand+", or set "+envOverride+")")
 	return ""
 }

@@ -165,6 +165,26 @@ func (o *Oracle) Greedy(model string, tokens []int, n int) ([]int, error) {
 	return r.Tokens, nil
 }
 
+// GreedyUntilEOG is Greedy stopping at an end-of-generation token, as a server does: it returns at most n
+// tokens without the end-of-generation token, and whether generation stopped at one.
+func (o *Oracle) GreedyUntilEOG(model string, tokens []int, n int) ([]int, bool, error) {
+	var r struct {
+		Tokens []int `json:"tokens"`
+		EOG    bool  `json:"eog"`
+	}
+	req := o.withContext(map[string]any{"model": model, "tokens": tokens, "n": n, "stopAtEog": true})
+	if err := o.call("greedy", req, &r); err != nil {
+		return nil, false, err
+	}
+	if len(r.Tokens) > n || !r.EOG && len(r.Tokens) != n || r.EOG && len(r.Tokens) == 0 {
+		return nil, false, fmt.Errorf("oracle greedy %s: got %d tokens (eog %v) for n = %d", model, len(r.Tokens), r.EOG, n)
+	}
+	if r.EOG {
+		r.Tokens = r.Tokens[:len(r.Tokens)-1]
+	}
+	return r.Tokens, r.EOG, nil
+}
+
 // Message is one chat message.
 type Message struct {
 	Role    string `json:"role"`

@@ -80,7 +80,7 @@ func (e *Error) Error() string {
 }
 
 // Start starts an oracle for a test and closes it when the test ends. When the oracle is not installed
-// it skips the test, unless the environment variable CI is non-empty, in which case it fails the test.
+// it skips the test, or fails it when PHONELLM_REQUIRE_ORACLE=1 (Unavailable).
 // A failure to start an installed oracle always fails the test.
 func Start(t testing.TB) *Oracle {
 	t.Helper()
@@ -97,16 +97,11 @@ func Start(t testing.TB) *Oracle {
 	return o
 }
 
-// requireAvailable skips the test when the oracle is not installed, or fails it when CI is set.
+// requireAvailable calls Unavailable when the oracle is not installed.
 func requireAvailable(t testing.TB) {
 	t.Helper()
-	err := Available()
-	switch {
-	case err == nil:
-	case os.Getenv("CI") != "":
-		t.Fatalf("llama.cpp oracle required in CI (CI=%q): %v", os.Getenv("CI"), err)
-	default:
-		t.Skipf("llama.cpp oracle not available (%s to install): %v", SetupCommand, err)
+	if err := Available(); err != nil {
+		Unavailable(t, fmt.Sprintf("llama.cpp oracle not available (%s to install): %v", SetupCommand, err))
 	}
 }
 

@@ -198,9 +198,7 @@ func TestOracleReloadsChangedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Seed = 7
-	if err := writeTinyGGUF(model, cfg); err != nil {
-		t.Fatal(err)
-	}
+	writeTinyQwen3(t, dir, "m.gguf", cfg) // rewrites model
 	// Make sure the modification time moves even on coarse-grained file systems.
 	future := time.Now().Add(2 * time.Second)
 	if err := os.Chtimes(model, future, future); err != nil {

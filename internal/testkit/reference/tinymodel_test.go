@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/testkit/oracle"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 )
 
@@ -29,7 +30,8 @@ func TestTinyModelPresets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mod := tokenizersJSModule(); mod != "" {
+			if d, ok := oracle.FindModule("PHONELLM_TOKENIZERS_JS", tokenizersJSRel); ok { // optional here
+				mod := filepath.Join(d, "node_modules", filepath.FromSlash(tokenizersJSRel))
 				compareWithTokenizersJS(t, mod, filepath.Join(dir, "tokenizer.json"), tk)
 			}
 			t.Logf("%s: tokenizer pre-type %s", spec.Name, tk.PreType())

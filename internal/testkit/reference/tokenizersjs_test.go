@@ -29,14 +29,14 @@ process.stdout.write(JSON.stringify(out));
 `
 
 // tokenizersJSModule finds dist/tokenizers.mjs of @huggingface/tokenizers: $PHONELLM_TOKENIZERS_JS (a directory
-// holding node_modules), else the oracle install directory of scripts/setup-oracle.sh.
-func tokenizersJSModule() string {
-	const rel = "@huggingface/tokenizers/dist/tokenizers.mjs"
-	if dir, ok := oracle.FindModule("PHONELLM_TOKENIZERS_JS", rel); ok {
-		return filepath.Join(dir, "node_modules", filepath.FromSlash(rel))
-	}
-	return ""
+// holding node_modules), else the oracle install directory of scripts/setup-oracle.sh; missing, the test is
+// Unavailable (skipped, or failed with PHONELLM_REQUIRE_ORACLE=1).
+func tokenizersJSModule(t *testing.T) string {
+	dir := oracle.RequireModule(t, "PHONELLM_TOKENIZERS_JS", tokenizersJSRel)
+	return filepath.Join(dir, "node_modules", filepath.FromSlash(tokenizersJSRel))
 }
+
+const tokenizersJSRel = "@huggingface/tokenizers/dist/tokenizers.mjs"
 
 type jsEncoding struct {
 	IDs  []int  `json:"ids"`
@@ -102,16 +102,7 @@ func compareWithTokenizersJS(t *testing.T, mod, path string, tk *Tokenizer) {
 }
 
 func TestTokenizerMatchesTokenizersJS(t *testing.T) {
-	mod := tokenizersJSModule()
-	if mod == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("@huggingface/tokenizers not installed: scripts/setup-oracle.sh must run before the tests in CI")
-		}
-		t.Skip("@huggingface/tokenizers not installed (set PHONELLM_TOKENIZERS_JS or run scripts/setup-oracle.sh)")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node not in PATH")
-	}
+	mod := tokenizersJSModule(t)
 	for _, re := range []string{RegexQwen2, RegexQwen35} {
 		js := testTokenizerJSON(t, re, testMerges, qwenAdded())
 		path := filepath.Join(t.TempDir(), "tokenizer.json")

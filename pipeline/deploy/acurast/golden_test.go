@@ -3,13 +3,12 @@ package acurast
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/phonellm/phonellm/internal/testkit/golden"
+)
 
 // TestGoldenProject pins acurast.json's vocabulary and the deploy call bytes of a fixed project (the SDK
 // cross-check in sdk_test.go is what makes them right; this keeps them from drifting unnoticed).
@@ -22,7 +21,7 @@ func TestGoldenProject(t *testing.T) {
 	cfg, _ := json.MarshalIndent(ConfigFile{Projects: map[string]ProjectConfig{p.ProjectName: p}}, "", "  ")
 	got := append(append(cfg, '\n'), []byte("deploy call: "+call+"\n")...)
 	path := filepath.Join("testdata", "project.golden")
-	if *update {
+	if golden.Update() {
 		os.MkdirAll("testdata", 0o755)
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)

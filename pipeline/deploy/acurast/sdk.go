@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/phonellm/phonellm/internal/fsx"
+	"github.com/phonellm/phonellm/internal/home"
 	"github.com/phonellm/phonellm/pipeline/deploy"
 )
 
@@ -28,17 +29,7 @@ var nodeFiles embed.FS
 const SDKVersion = "1.2.2"
 
 // DefaultSDKDir is $PHONELLM_HOME/npm/acurast (PHONELLM_HOME defaults to ~/.cache/phonellm).
-func DefaultSDKDir() string {
-	home := os.Getenv("PHONELLM_HOME")
-	if home == "" {
-		if c, err := os.UserCacheDir(); err == nil {
-			home = filepath.Join(c, "phonellm")
-		} else {
-			home = filepath.Join(os.TempDir(), "phonellm")
-		}
-	}
-	return filepath.Join(home, "npm", "acurast")
-}
+func DefaultSDKDir() string { return home.Path("npm", "acurast") }
 
 // SDK runs the Node driver (node/driver.mjs) next to an npm install of the pinned @acurast/sdk.
 type SDK struct {

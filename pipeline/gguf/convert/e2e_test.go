@@ -3,18 +3,15 @@ package convert
 import (
 	"bytes"
 	"context"
-	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/testkit/golden"
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // generate writes a tinymodel preset into a temporary directory.
 func generate(t testing.TB, spec tinymodel.Spec) string {
@@ -58,37 +55,7 @@ func TestGoldenPresets(t *testing.T) {
 				t.Fatalf("artifacts = %+v", res.Artifacts)
 			}
 			got := dumpFile(t, out)
-			golden := filepath.Join("testdata", spec.Name+".dump")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("dump differs from %s (run with -update after checking):\n%s", golden, firstDiff(string(want), string(got)))
-			}
+			golden.Check(t, filepath.Join("testdata", spec.Name+".dump"), got)
 		})
 	}
-}
-
-func firstDiff(want, got string) string {
-	wl, gl := bytes.Split([]byte(want), []byte("\n")), bytes.Split([]byte(got), []byte("\n"))
-	for i := 0; i < len(wl) || i < len(gl); i++ {
-		var w, g []byte
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if !bytes.Equal(w, g) {
-			return fmt.Sprintf("line %d:\n  want: %s\n  got:  %s", i+1, w, g)
-		}
-	}
-	return ""
 }

@@ -17,6 +17,9 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("convert: %s: field %q: %s", e.File, e.Field, e.Msg)
 }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *ConfigError) InputError() bool { return true }
+
 // UnsupportedError reports a valid checkpoint that this package does not convert: an architecture, a tensor
 // dtype, a tokenizer kind.
 type UnsupportedError struct {
@@ -30,3 +33,6 @@ func (e *UnsupportedError) Error() string {
 	}
 	return fmt.Sprintf("convert: %s: unsupported %s", e.File, e.What)
 }
+
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *UnsupportedError) InputError() bool { return true }

@@ -49,7 +49,7 @@ func (f *fakeSource) add(name, dtype string, shape []int64, data []float32) {
 func (f *fakeSource) Tensors() []pipeline.TensorInfo {
 	var out []pipeline.TensorInfo
 	for n, t := range f.t {
-		out = append(out, pipeline.TensorInfo{Name: n, DType: t.dtype, Shape: t.shape})
+		out = append(out, pipeline.TensorInfo{Name: n, DType: pipeline.DType(t.dtype), Shape: t.shape})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

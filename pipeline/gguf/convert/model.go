@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,10 +8,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
-	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
@@ -31,7 +29,8 @@ type Model struct {
 	Tensors    []Tensor
 	Dropped    []string // checkpoint tensors deliberately not converted (vision tower, MTP, rotary caches)
 
-	closer io.Closer
+	closer     io.Closer
+	blockElems int64 // Options.BlockElems
 }
 
 // Close releases the checkpoint files opened by Load (not an Options.Source).
@@ -77,77 +76,6 @@ func (s srcTensor) where() string {
 	return fmt.Sprintf("tensor %q", s.Name)
 }
 
-// ckptSource adapts a safetensors checkpoint to pipeline.TensorSource. It reads raw bytes itself because
-// safetensors.Checkpoint.ReadRows counts rows along dim 0, while TensorSource rows are the product of every
-// dimension but the last (they differ for 3-D tensors such as fused experts).
-type ckptSource struct{ c *safetensors.Checkpoint }
-
-func (s ckptSource) Tensors() []pipeline.TensorInfo {
-	ts := s.c.Tensors()
-	out := make([]pipeline.TensorInfo, len(ts))
-	for i, t := range ts {
-		out[i] = pipeline.TensorInfo{Name: t.Name, DType: string(t.DType), Shape: t.Shape}
-	}
-	return out
-}
-
-// readChunk is the byte size of one raw read.
-const readChunk = 256 << 10
-
-var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
-
-func (s ckptSource) ReadRows(ctx context.Context, name string, row0, n int64, dst []float32) ([]float32, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	t, ok := s.c.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("safetensors: no tensor %q", name)
-	}
-	info := pipeline.TensorInfo{Name: t.Name, DType: string(t.DType), Shape: t.Shape}
-	rows, rowLen := info.Rows(), info.RowLen()
-	if row0 < 0 || n < 0 || row0 > rows || n > rows-row0 {
-		return nil, fmt.Errorf("%s: tensor %q: rows [%d, %d) outside its %d rows", t.File, name, row0, row0+n, rows)
-	}
-	var es int64
-	var decode func([]float32, []byte) int
-	switch t.DType {
-	case safetensors.F32:
-		es, decode = 4, half.DecodeF32LE
-	case safetensors.F16:
-		es, decode = 2, half.DecodeF16LE
-	case safetensors.BF16:
-		es, decode = 2, half.DecodeBF16LE
-	default:
-		return nil, &UnsupportedError{File: t.File, What: fmt.Sprintf("dtype %s of tensor %q (supported: F32, F16, BF16)", t.DType, name)}
-	}
-	total := n * rowLen
-	if int64(cap(dst)) >= total {
-		dst = dst[:total]
-	} else {
-		dst = make([]float32, total)
-	}
-	r, err := s.c.Raw(name)
-	if err != nil {
-		return nil, err
-	}
-	bp := chunkPool.Get().(*[]byte)
-	defer chunkPool.Put(bp)
-	buf := *bp
-	off := row0 * rowLen * es
-	for i := int64(0); i < total; {
-		k := min(total-i, int64(len(buf))/es)
-		b := buf[:k*es]
-		if _, err := r.ReadAt(b, off); err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %w", t.File, name, err)
-		}
-		decode(dst[i:i+k], b)
-		i += k
-		off += k * es
-	}
-	return dst, nil
-}
-
 // Load reads config.json, the tokenizer files and the safetensors headers of the checkpoint in dir (o.Model
 // is ignored) and plans the conversion. No tensor data is read.
 func Load(dir string, o Options) (*Model, error) {
@@ -174,11 +102,11 @@ func Load(dir string, o Options) (*Model, error) {
 	}
 
 	b := &builder{h: h, spec: spec, dir: dir, keepMTP: o.KeepMTP, names: map[string]bool{}}
-	var ckpt *safetensors.Checkpoint
+	var ckpt *checkpoint.Checkpoint
 	src := o.Source
 	fileOf := map[string]string{}
 	if src == nil || hasSafetensors(dir) {
-		c, err := safetensors.OpenDir(dir)
+		c, err := checkpoint.Open(dir)
 		if err != nil {
 			if src == nil {
 				return nil, fmt.Errorf("convert: %w", err)
@@ -186,10 +114,10 @@ func Load(dir string, o Options) (*Model, error) {
 		} else {
 			ckpt = c
 			for _, t := range c.Tensors() {
-				fileOf[t.Name] = t.File
+				fileOf[t.Name] = c.File(t.Name)
 			}
 			if src == nil {
-				src = ckptSource{c}
+				src = c
 			}
 		}
 	}
@@ -203,6 +131,7 @@ func Load(dir string, o Options) (*Model, error) {
 	if ckpt != nil {
 		m.closer = ckpt
 	}
+	m.blockElems = o.BlockElems
 	return m, nil
 }
 
@@ -300,11 +229,11 @@ func (b *builder) build(src pipeline.TensorSource, fileOf map[string]string, o O
 			if len(it.st.Shape) < 2 {
 				continue
 			}
-			if it.st.DType == "BF16" {
+			if it.st.DType == pipeline.BF16 {
 				b.outType = OutBF16
 				break
 			}
-			if it.st.DType == "F16" {
+			if it.st.DType == pipeline.F16 {
 				break
 			}
 		}
@@ -418,7 +347,7 @@ func isDigits(s string) bool {
 
 // process runs the modify_tensors chain of the architecture on one checkpoint tensor and plans its outputs.
 func (b *builder) process(st srcTensor, name string) error {
-	if !validDType(st.DType) {
+	if !st.DType.Float() {
 		return &UnsupportedError{File: st.where(), What: fmt.Sprintf("dtype %s (supported: F32, F16, BF16)", st.DType)}
 	}
 	if len(st.Shape) == 0 {
@@ -469,8 +398,6 @@ func (t *pending) addTransform(s string) {
 		t.transform += "," + s
 	}
 }
-
-func validDType(d string) bool { return d == "F32" || d == "F16" || d == "BF16" }
 
 // emit maps the name and appends the output tensor.
 func (b *builder) emit(t *pending) error {

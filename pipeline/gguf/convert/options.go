@@ -75,6 +75,9 @@ type Options struct {
 	Source pipeline.TensorSource `json:"-"`
 	// Name is general.name; empty means the base name of Model.
 	Name string `json:"name,omitempty"`
+	// BlockElems is the number of values converted per row block; 0 means DefaultBlockElems. The output does
+	// not depend on it (tests set 1).
+	BlockElems int64 `json:"-"`
 }
 
 // Validate checks the options without touching the checkpoint's tensors.

@@ -119,9 +119,9 @@ func TestReadWindows(t *testing.T) {
 func TestBlockSizeInvariance(t *testing.T) {
 	spec, _ := tinymodel.Preset("qwen35moe")
 	dir := generate(t, spec)
-	write := func() []byte {
+	write := func(block int64) []byte {
 		out := filepath.Join(t.TempDir(), "o.gguf")
-		if _, err := Run(t.Context(), Options{Model: dir, Out: out, OutType: OutBF16}, pipeline.Discard); err != nil {
+		if _, err := Run(t.Context(), Options{Model: dir, Out: out, OutType: OutBF16, BlockElems: block}, pipeline.Discard); err != nil {
 			t.Fatal(err)
 		}
 		b, err := os.ReadFile(out)
@@ -130,11 +130,8 @@ func TestBlockSizeInvariance(t *testing.T) {
 		}
 		return b
 	}
-	a := write()
-	old := blockElems
-	blockElems = 1
-	defer func() { blockElems = old }()
-	if b := write(); !bytes.Equal(a, b) {
+	a := write(0)
+	if b := write(1); !bytes.Equal(a, b) {
 		t.Error("output depends on the block size")
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
 
-// blockElems is the number of float32 values converted per row block (4 MiB), so a conversion holds a few
-// such buffers whatever the tensor size.
-var blockElems int64 = 1 << 20
+// DefaultBlockElems is the number of float32 values converted per row block (4 MiB), so a conversion holds a
+// few such buffers whatever the tensor size (Options.BlockElems overrides it).
+const DefaultBlockElems int64 = 1 << 20
 
 // Run converts the checkpoint o.Model to a GGUF file, written atomically: on any error (or cancellation)
 // nothing is left under the output name.
@@ -100,7 +100,10 @@ func (m *Model) write(ctx context.Context, w *gguf.Writer, out io.Writer, rep pi
 	if err := w.WriteHeader(out); err != nil {
 		return err
 	}
-	enc := &tensorReader{ctx: ctx, rep: rep}
+	enc := &tensorReader{ctx: ctx, rep: rep, block: m.blockElems}
+	if enc.block <= 0 {
+		enc.block = DefaultBlockElems
+	}
 	for i := range m.Tensors {
 		t := &m.Tensors[i]
 		enc.reset(t)
@@ -116,22 +119,23 @@ func (m *Model) write(ctx context.Context, w *gguf.Writer, out io.Writer, rep pi
 
 // tensorReader streams the encoded bytes of one tensor, converting a row block at a time.
 type tensorReader struct {
-	ctx  context.Context
-	rep  pipeline.Reporter
-	t    *Tensor
-	row  int64
-	f32  []float32
-	buf  []byte
-	pos  int
-	err  error
-	rpb  int64 // rows per block
-	size int   // bytes per element
+	ctx   context.Context
+	rep   pipeline.Reporter
+	t     *Tensor
+	row   int64
+	f32   []float32
+	buf   []byte
+	pos   int
+	err   error
+	rpb   int64 // rows per block
+	block int64 // values per block
+	size  int   // bytes per element
 }
 
 func (r *tensorReader) reset(t *Tensor) {
 	r.t, r.row, r.pos, r.err = t, 0, 0, nil
 	r.buf = r.buf[:0]
-	r.rpb = max(1, blockElems/t.RowLen())
+	r.rpb = max(1, r.block/t.RowLen())
 	r.size = 4
 	if t.Type != gguf.TypeF32 {
 		r.size = 2

@@ -145,6 +145,9 @@ type UnsupportedError struct{ What string }
 
 func (e *UnsupportedError) Error() string { return "quantize: unsupported " + e.What }
 
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *UnsupportedError) InputError() bool { return true }
+
 // RequantizeError reports an already quantized tensor that would be quantized again without AllowRequantize
 // (llama-quantize: "requantizing from type %s is disabled").
 type RequantizeError struct {
@@ -156,6 +159,9 @@ func (e *RequantizeError) Error() string {
 	return fmt.Sprintf("quantize: tensor %q is already %s; re-quantizing it to %s loses quality and needs --allow-requantize",
 		e.Tensor, e.From, e.To)
 }
+
+// InputError classifies the error (pipeline.IsInputError): the input is malformed or unsupported.
+func (e *RequantizeError) InputError() bool { return true }
 
 // targetTypes are the types the kquant kernels (plus float conversion) can write, in ggml id order.
 var targetTypes = []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0,

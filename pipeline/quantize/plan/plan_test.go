@@ -3,7 +3,6 @@ package plan
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand"
 	"os"
@@ -13,10 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phonellm/phonellm/internal/testkit/golden"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/plans goldens")
 
 // mixesPath is the in-repo copy of the llama-quantize type choices recorded at llama.cpp 34af94cd.
 const mixesPath = "../kquant/testdata/ggml-golden/mixes/llama-quantize-type-choices.json"
@@ -699,23 +697,7 @@ func TestPlanGoldens(t *testing.T) {
 			Overrides{TokenEmbdType: typ(gguf.TypeQ8_0), TensorTypes: rules(t, "_exps=q4_k", "attn_qkv=q6_k")}},
 	} {
 		got := mustPlan(t, c.l, c.ft, c.ov).Text()
-		path := filepath.Join("testdata", "plans", c.file)
-		if *update {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run go test -run TestPlanGoldens -update)", err)
-		}
-		if got != string(want) {
-			t.Errorf("%s differs from the golden; diff with -update and git diff", c.file)
-		}
+		golden.Check(t, filepath.Join("testdata", "plans", c.file), []byte(got))
 	}
 }
 

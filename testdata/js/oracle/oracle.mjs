@@ -272,6 +272,7 @@ async function greedy(entry, tokens, n, stopAtEog, req) {
     let next = [...tokens.slice(0, -1), [tokens[tokens.length - 1], gen]];
     const t0 = performance.now();
     let promptMs = 0;
+    let eog = false;
     for (let step = 0; step < n; step++) {
         const out = await seq.controlledEvaluate(next);
         if (step === 0)
@@ -280,13 +281,15 @@ async function greedy(entry, tokens, n, stopAtEog, req) {
         if (tok == null)
             throw new Error(`llama.cpp sampled no token at step ${step}`);
         result.push(tok);
-        if (stopAtEog && entry.model.isEogToken(tok))
+        if (stopAtEog && entry.model.isEogToken(tok)) {
+            eog = true;
             break;
+        }
         next = [[tok, gen]];
     }
     const totalMs = performance.now() - t0;
     await seq.clearHistory();
-    return {tokens: result, promptMs, totalMs};
+    return {tokens: result, promptMs, totalMs, eog};
 }
 
 function renderChat(entry, req) {
@@ -374,7 +377,7 @@ const handlers = {
         const tokens = requireTokens(req, "tokens", entry.nVocab);
         const n = intOption(req, "n", 16, 1, 1 << 16);
         const r = await greedy(entry, tokens, n, req.stopAtEog === true, req);
-        return {tokens: r.tokens};
+        return {tokens: r.tokens, eog: r.eog};
     },
     async chat(req) {
         const entry = await getModel(req);

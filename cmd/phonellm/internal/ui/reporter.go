@@ -93,7 +93,7 @@ func (r *Reporter) draw(now time.Time, final bool) {
 	}
 }
 
-// End finishes a step.
+// End finishes a step. A failed step is marked, without its error: the command prints the error once, last.
 func (r *Reporter) End(step string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -102,7 +102,7 @@ func (r *Reporter) End(step string, err error) {
 	}
 	el := time.Since(r.start).Round(time.Millisecond)
 	if err != nil {
-		r.s.Printf("%s %s (%s): %v\n", r.s.Styled("err", "✗"), step, el, err)
+		r.s.Printf("%s %s (%s)\n", r.s.Styled("err", "✗"), step, el)
 		return
 	}
 	r.s.Printf("%s %s (%s)\n", r.s.Styled("ok", "✓"), step, el)
