@@ -119,7 +119,7 @@ func TestStatisticsMatchReference(t *testing.T) {
 			if _, err := convert.Run(context.Background(), convert.Options{Model: ckpt, Out: path, OutType: convert.OutF32}, pipeline.Discard); err != nil {
 				t.Fatal(err)
 			}
-			e, err := goengine.Load(context.Background(), goengine.Options{Path: path, Threads: 2, ContextLength: 256, BatchSize: 64, KVCacheType: "f32"})
+			e, err := goengine.Load(context.Background(), goengine.Options{Path: path, Threads: 1, ContextLength: 256, BatchSize: 64, KVCacheType: "f32"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,9 +52,9 @@ type Options struct {
 	Out string `json:"out"`
 	// Format is the output format; default GGUF.
 	Format imatrix.Format `json:"format,omitempty"`
-	// Chat renders every record through the model's chat template (a "text" record becomes one user
-	// message; the generation prompt is added unless the last message is the assistant's) and parses the
-	// special tokens of the result. Without it, "messages" records are refused.
+	// Chat renders "text" records through the model's chat template too, as one user message each. Records
+	// with "messages" are always rendered with it (the generation prompt is added unless the last message is
+	// the assistant's), and the special tokens of a rendered record are parsed.
 	Chat bool `json:"chat,omitempty"`
 	// ParseSpecial turns the text of control tokens in plain-text data into their ids (llama-imatrix
 	// --parse-special); always on with Chat.
@@ -271,16 +271,15 @@ func tokenize(ctx context.Context, o Options) (toks []int32, records int, bos in
 		return nil, 0, bos, err
 	}
 	var tmpl *engine.ChatTemplate
-	if o.Chat {
-		tmpl, err = engine.NewChatTemplate(f.String("tokenizer.chat_template"), tokenText(tk, tk.BOS()), tokenText(tk, firstOr(tk.EOS(), -1)))
-		if err != nil {
-			return nil, 0, bos, pipeline.InputError(fmt.Errorf("imatrix: %s: %w", o.Model, err))
-		}
-	}
 	for i, p := range prompts {
-		text := p.Text
-		switch {
-		case o.Chat:
+		text, special := p.Text, o.ParseSpecial
+		if o.Chat || len(p.Messages) > 0 {
+			if tmpl == nil {
+				tmpl, err = engine.NewChatTemplate(f.String("tokenizer.chat_template"), tokenText(tk, tk.BOS()), tokenText(tk, firstOr(tk.EOS(), -1)))
+				if err != nil {
+					return nil, 0, bos, pipeline.InputError(fmt.Errorf("imatrix: %s: %w", o.Model, err))
+				}
+			}
 			msgs := p.Messages
 			if len(msgs) == 0 {
 				msgs = []engine.Message{{Role: "user", Content: p.Text}}
@@ -289,11 +288,9 @@ func tokenize(ctx context.Context, o Options) (toks []int32, records int, bos in
 			if text, err = tmpl.Render(msgs, engine.TemplateOptions{AddGenerationPrompt: gen}); err != nil {
 				return nil, 0, bos, pipeline.InputError(fmt.Errorf("imatrix: %s record %d: chat template: %w", o.Data, i+1, err))
 			}
-		case len(p.Messages) > 0:
-			return nil, 0, bos, pipeline.InputError(fmt.Errorf("imatrix: %s record %d has chat messages; pass --chat to render them through the model's chat template",
-				o.Data, i+1))
+			special = true
 		}
-		ids, err := tk.Encode(ctx, text, tokenizer.Options{ParseSpecial: o.Chat || o.ParseSpecial})
+		ids, err := tk.Encode(ctx, text, tokenizer.Options{ParseSpecial: special})
 		if err != nil {
 			return nil, 0, bos, fmt.Errorf("imatrix: %s record %d: %w", o.Data, i+1, err)
 		}

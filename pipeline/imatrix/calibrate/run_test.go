@@ -26,7 +26,8 @@ func (m engineModel) Observe(ctx context.Context, toks []int32, want func(string
 func (m engineModel) Close() error { return m.e.Close() }
 
 func engineLoader(ctx context.Context, path string, n, batch int) (Model, error) {
-	e, err := goengine.Load(ctx, goengine.Options{Path: path, Threads: 2, ContextLength: n, BatchSize: batch})
+	// One thread: ggml's spinning thread pool crawls on a loaded 2-core machine.
+	e, err := goengine.Load(ctx, goengine.Options{Path: path, Threads: 1, ContextLength: n, BatchSize: batch})
 	if err != nil {
 		return nil, err
 	}
@@ -210,8 +211,8 @@ func TestResume(t *testing.T) {
 	}
 }
 
-// TestChatData: JSONL records are rendered through the model's chat template with Chat (and refused without),
-// and too little data is an input error.
+// TestChatData: JSONL records with messages are rendered through the model's chat template, text records too
+// with Chat, and too little data is an input error.
 func TestChatData(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a tiny model")
@@ -223,26 +224,33 @@ func TestChatData(t *testing.T) {
 		b.WriteString(`{"text":"` + corpus + `"}` + "\n")
 	}
 	data := writeData(t, "prompts.jsonl", b.String())
+	ctx := context.Background()
+	plain, _, _, err := tokenize(ctx, Options{Model: model, Data: writeData(t, "p.txt", corpus)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed, n, _, err := tokenize(ctx, Options{Model: model, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, _, _, err := tokenize(ctx, Options{Model: model, Data: data, Chat: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each rendered record holds the corpus plus the template's framing (with <|im_start|> as one token).
+	if n != 16 || len(mixed) <= 16*len(plain) || len(chat) <= len(mixed) {
+		t.Fatalf("records %d; tokens: plain corpus %d, mixed %d, all chat %d", n, len(plain), len(mixed), len(chat))
+	}
 	out := filepath.Join(t.TempDir(), "chat.gguf")
-	o := Options{Model: model, Data: data, Out: out, ChunkSize: 64, Load: engineLoader}
-	if _, err := Run(context.Background(), o, nil); err == nil || !pipeline.IsInputError(err) || !strings.Contains(err.Error(), "--chat") {
-		t.Fatalf("chat records without --chat: %v", err)
-	}
-	o.Chat = true
-	res, err := Run(context.Background(), o, nil)
+	res, err := Run(ctx, Options{Model: model, Data: data, Out: out, ChunkSize: 64, Chat: true, Load: engineLoader}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plainToks, _, _, err := tokenize(context.Background(), Options{Model: model, Data: writeData(t, "p.txt", corpus)})
-	if err != nil {
-		t.Fatal(err)
+	if res.Records != 16 || res.Tokens != len(chat) || res.Chunks != len(chat)/64 {
+		t.Fatalf("result %+v", res)
 	}
-	// Each rendered record holds the corpus plus the template's framing.
-	if res.Records != 16 || res.Tokens <= 16*len(plainToks) {
-		t.Fatalf("records %d, tokens %d (plain corpus %d tokens)", res.Records, res.Tokens, len(plainToks))
-	}
-	o.Chat, o.Data = false, writeData(t, "short.txt", "too short")
-	if _, err := Run(context.Background(), o, nil); err == nil || !pipeline.IsInputError(err) || !strings.Contains(err.Error(), "fewer than one chunk") {
+	o := Options{Model: model, Data: writeData(t, "short.txt", "too short"), Out: out, ChunkSize: 64, Load: engineLoader}
+	if _, err := Run(ctx, o, nil); err == nil || !pipeline.IsInputError(err) || !strings.Contains(err.Error(), "fewer than one chunk") {
 		t.Fatalf("short data: %v", err)
 	}
 }
