@@ -128,6 +128,9 @@ func Groups(p plan.Plan, layers, bands int) ([]Group, error) {
 		if k.band >= 0 {
 			lo, hi := bandRange(k.band, bands, layers)
 			g.Name = fmt.Sprintf("blk.%d-%d %s", lo, hi, k.kind)
+			if lo == hi {
+				g.Name = fmt.Sprintf("blk.%d %s", lo, k.kind)
+			}
 		}
 		out = append(out, *g)
 	}
