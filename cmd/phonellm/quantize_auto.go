@@ -259,4 +259,3 @@ func printAuto(w io.Writer, r auto.Result) {
 		fmt.Fprintf(w, "  %d --tensor-type rules in %s\n", len(r.Rules), auto.KeyTensorTypes)
 	}
 }
-
