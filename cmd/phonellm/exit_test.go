@@ -54,7 +54,7 @@ func TestExitCodeFromClass(t *testing.T) {
 		{&deploy.FleetError{Err: errors.New("x")}, exitRemote},
 		{&deploy.NotFitError{Model: "x"}, exitVerdict},
 		{&publish.HubError{Op: "commit", Status: http.StatusForbidden}, exitRemote},
-		{&hfhub.HTTPError{Op: "download", Status: http.StatusBadGateway}, exitRemote},
+		{&hfhub.HubError{Op: "download", Status: http.StatusBadGateway}, exitRemote},
 		{&hfhub.IntegrityError{Path: "x"}, exitRemote},
 		{pipeline.InputError(errors.New("x")), exitBadInput},
 		{errors.New("disk full"), exitFailure},

@@ -37,9 +37,9 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 				return usageError("give exactly one of --deployment ID or --replica URL")
 			}
 			var keys []string
-			key := getenv("PHONELLM_API_KEY", "")
-			if apiKeyEnv != "" {
-				key = os.Getenv(apiKeyEnv)
+			key, err := clientAPIKey(apiKeyEnv)
+			if err != nil {
+				return err
 			}
 			if key != "" {
 				keys = append(keys, key)

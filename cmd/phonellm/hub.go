@@ -54,7 +54,7 @@ func downloadBase(a *app, id string) (string, error) {
 }
 
 // remoteErr classifies a network failure on the way to the Hub as remote (exit 5). The Hub's own answers
-// (publish.HubError, hfhub.HTTPError, …) classify themselves and pass unchanged, as do all other errors.
+// (hfhub.HubError, …) classify themselves and pass unchanged, as do all other errors.
 func remoteErr(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && !pipeline.IsRemoteError(err) && !pipeline.IsInputError(err) {

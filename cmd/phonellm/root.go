@@ -38,6 +38,7 @@ Results go to stdout (add --json for machine-readable output); progress and warn
 			if a.noColor {
 				a.io.Color = false
 			}
+			routeEngineLogs(a)
 		},
 	}
 	pf := root.PersistentFlags()

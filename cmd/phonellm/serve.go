@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/phonellm/phonellm/internal/home"
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/autotune"
 	"github.com/phonellm/phonellm/runtime/engine"
@@ -91,7 +93,8 @@ func (f *engineFlags) autotune(a *app, path string, force bool) error {
 func newServeCmd(a *app) *cobra.Command {
 	var ef engineFlags
 	var host, apiKey, apiKeyEnv string
-	var port, queue int
+	var port, queue, maxConns int
+	var maxBody byteSize
 	var timeout time.Duration
 	var tune, retune bool
 	cmd := &cobra.Command{
@@ -102,21 +105,25 @@ GET /v1/models, GET /health and GET /metrics (Prometheus). --parallel slots gene
 queue, and a full queue answers 429 with Retry-After. A prompt that shares a prefix with a slot's previous one
 reuses that slot's KV cache for the prefix.
 
+Requests come from strangers, so everything one of them can make the server do is bounded: the body
+(--max-body), the text of the messages and their number (from the context length), the requests tokenizing at
+once (half the cores), the time from arrival to the last byte (--timeout), slow or idle connections (header,
+body, idle and per-write timeouts) and the open connections (--max-conns). With --api-key-env the named
+variable must hold the key: unset or empty is an error, never "no authentication".
+
 MODEL is a GGUF file, a Hub reference hf://org/repo/file.gguf[@revision] (downloaded resumably into the Hugging
 Face cache and verified by size and sha256), or, when omitted, the workspace's newest quantized model.
-It binds 127.0.0.1 unless --host says otherwise.`,
+It binds 127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM stops it gracefully (requests in flight get
+10 s) and exits 130.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			arg := ""
 			if len(args) == 1 {
 				arg = args[0]
 			}
-			key := apiKey
-			if key == "" && apiKeyEnv != "" {
-				key = os.Getenv(apiKeyEnv)
-			}
-			if key == "" {
-				key = getenv("PHONELLM_API_KEY", "")
+			key, err := serveAPIKey(apiKey, apiKeyEnv)
+			if err != nil {
+				return err
 			}
 			path, err := resolveGGUF(a, arg)
 			if err != nil {
@@ -127,20 +134,29 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(a.io.Err, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			srv := api.New(api.Options{APIKey: key, Parallel: ef.parallel, QueueSize: queue, RequestTimeout: timeout, Logger: logger})
+			srv := api.New(api.Options{APIKey: key, Parallel: ef.parallel, QueueSize: queue, RequestTimeout: timeout,
+				Limits: api.Limits{MaxBodyBytes: int64(maxBody)}, HTTP: httpx.ServerOptions{MaxConns: maxConns}, Logger: logger})
 			// The listener answers /health ("loading") while the model loads.
+			sctx, stop := context.WithCancel(a.ctx)
+			defer stop()
 			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(a.ctx, ln) }()
+			go func() { errc <- srv.Serve(sctx, ln) }()
+			// Stop the listener before returning early (a failed load), so nothing outlives the command.
+			fail := func(err error) error {
+				stop()
+				<-errc
+				return err
+			}
 			a.io.Printf("listening on http://%s (loading %s)\n", ln.Addr(), path)
 			if tune || retune {
 				if err := ef.autotune(a, path, retune); err != nil {
-					return err
+					return fail(err)
 				}
 			}
 			start := time.Now()
 			eng, err := ef.load(a.ctx, path)
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			defer eng.Close()
 			srv.SetEngine(eng)
@@ -152,7 +168,12 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 			a.io.Printf("ready: %s (%s), %d slots × %d tokens%s, loaded in %s\n", info.ID, info.Architecture, info.Parallel,
 				info.ContextLength, repacked, time.Since(start).Round(time.Millisecond))
 			fmt.Fprintf(a.io.Out, "http://%s\n", ln.Addr())
-			return <-errc
+			if err := <-errc; err != nil {
+				return err
+			}
+			// Serve returns nil only after the context ended (Ctrl-C, SIGTERM) and the graceful shutdown:
+			// an interruption, which exits 130 as every interrupted command does.
+			return a.ctx.Err()
 		},
 	}
 	ef.add(cmd)
@@ -160,10 +181,91 @@ It binds 127.0.0.1 unless --host says otherwise.`,
 	f.StringVar(&host, "host", "127.0.0.1", "address to bind")
 	f.IntVarP(&port, "port", "p", 8080, "port to bind (0 picks a free one)")
 	f.StringVar(&apiKey, "api-key", "", "require this Bearer API key (prefer --api-key-env or PHONELLM_API_KEY)")
-	f.StringVar(&apiKeyEnv, "api-key-env", "", "read the API key from this environment variable")
+	f.StringVar(&apiKeyEnv, "api-key-env", "", "read the API key from this environment variable (it must be set and non-empty)")
 	f.IntVar(&queue, "queue", 0, "requests that may wait for a slot before 429 (default 4 × parallel)")
-	f.DurationVar(&timeout, "timeout", 10*time.Minute, "per-request timeout, queueing included")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "per-request timeout from arrival to the last byte: reading, tokenizing, queueing and generating")
+	f.Var(&maxBody, "max-body", "largest request body, e.g. 8MiB (default: 4 MiB more than a prompt filling the context needs)")
+	f.IntVar(&maxConns, "max-conns", httpx.DefaultMaxConns, "open connections at most; more wait until one closes")
 	f.BoolVar(&tune, "autotune", false, "time a short prompt+decode at a few thread counts and batch sizes, keep the fastest (cached per model and machine)")
 	f.BoolVar(&retune, "retune", false, "like --autotune, but measure again instead of using the cached result")
 	return cmd
+}
+
+// serveAPIKey returns the key clients must send: --api-key, else the variable --api-key-env names (which must
+// then hold a key: authentication fails closed), else PHONELLM_API_KEY, else none.
+func serveAPIKey(flagKey, envName string) (string, error) {
+	switch {
+	case flagKey != "" && envName != "":
+		return "", usageError("give --api-key or --api-key-env, not both")
+	case flagKey != "":
+		if _, err := httpx.NewKeys(flagKey); err != nil {
+			return "", usageError("--api-key: %v", err)
+		}
+		return flagKey, nil
+	}
+	return clientAPIKey(envName)
+}
+
+// clientAPIKey returns the key clients must send to serve or gateway: the value of the variable envName when
+// given, which must then be set and non-empty (one line naming the variable otherwise), else PHONELLM_API_KEY,
+// else none.
+func clientAPIKey(envName string) (string, error) {
+	if envName == "" {
+		key := getenv("PHONELLM_API_KEY", "")
+		if key != "" {
+			if _, err := httpx.NewKeys(key); err != nil {
+				return "", usageError("PHONELLM_API_KEY: %v", err)
+			}
+		}
+		return key, nil
+	}
+	key, err := httpx.APIKeyFromEnv(envName)
+	if err != nil {
+		return "", usageError("%v", err)
+	}
+	return key, nil
+}
+
+// byteSize is a flag holding a byte count: 1048576, 512KiB, 8MiB, 1GiB (also K, M, G, KB, MB, GB as powers of
+// 1024).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	if *b == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Type() string { return "bytes" }
+
+func (b *byteSize) Set(s string) error {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10},
+		{"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return fmt.Errorf("%q is not a byte count (e.g. 8MiB)", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+// routeEngineLogs sends what libraries log through log/slog and ggml's log callback (the engine's "offloaded
+// 0/29 layers to GPU" and the like) to stderr only with -v: they are debugging detail, not output.
+func routeEngineLogs(a *app) {
+	level := slog.Level(1 << 10) // above every level: nothing
+	if a.io.Verbose {
+		level = slog.LevelInfo
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(a.io.Err, &slog.HandlerOptions{Level: level})))
 }

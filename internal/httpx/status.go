@@ -26,10 +26,14 @@ func (w *StatusWriter) Write(b []byte) (int, error) {
 }
 
 // Flush flushes when the underlying writer can (SSE streams need it).
-func (w *StatusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
+func (w *StatusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError flushes through http.ResponseController and reports a failed flush (a client gone).
+func (w *StatusWriter) FlushError() error {
+	if w.Code == 0 {
+		w.Code = http.StatusOK
 	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Unwrap returns the underlying writer.

@@ -239,7 +239,7 @@ func (c *Client) fetchRange(ctx context.Context, info *FileInfo, f *os.File, h h
 	if c.Token != "" && c.sameHost(u) {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	resp, err := c.noRedirect().Do(req)
+	resp, err := c.following().Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()

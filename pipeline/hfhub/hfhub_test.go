@@ -261,7 +261,7 @@ func TestPrivateRepoAndErrors(t *testing.T) {
 	anon := *f.client
 	anon.Token = ""
 	_, err := anon.Stat(ctx, "tester/m", "main", "m-Q4_K_M.gguf")
-	var he *hfhub.HTTPError
+	var he *hfhub.HubError
 	if !errors.As(err, &he) || he.Status != 401 || !he.NotFound() {
 		t.Fatalf("anonymous on private repo: %v", err)
 	}

@@ -141,7 +141,7 @@ func (c *Client) getJSON(ctx context.Context, op, u string, v any) (http.Header,
 		if c.Token != "" && pu != nil && c.sameHost(pu) {
 			req.Header.Set("Authorization", "Bearer "+c.Token)
 		}
-		resp, err := c.noRedirect().Do(req)
+		resp, err := c.following().Do(req)
 		if err != nil {
 			if ctx.Err() == nil && retry.NetworkError(err) {
 				return retry.Transient(fmt.Errorf("hfhub: %s %s: %w", op, redact(u), err))

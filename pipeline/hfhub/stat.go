@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/internal/retry"
 )
 
@@ -65,36 +66,6 @@ func (f FileInfo) ETag() string {
 	return f.GitSHA1
 }
 
-// HTTPError is a non-success answer from the Hub or the CDN.
-type HTTPError struct {
-	Op      string // "resolve", "download"
-	URL     string
-	Status  int
-	Code    string // X-Error-Code, e.g. EntryNotFound, RepoNotFound, RevisionNotFound
-	Message string // X-Error-Message or body text
-}
-
-func (e *HTTPError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = http.StatusText(e.Status)
-	}
-	s := fmt.Sprintf("hfhub: %s %s: %d %s", e.Op, redact(e.URL), e.Status, msg)
-	if e.Code != "" {
-		s += " (" + e.Code + ")"
-	}
-	return s
-}
-
-// RemoteError classifies the error (pipeline.IsRemoteError): the Hub refused or failed.
-func (e *HTTPError) RemoteError() bool { return true }
-
-// NotFound reports whether the repo, revision or file does not exist (or is
-// private and no valid token was given: the Hub answers 401 then).
-func (e *HTTPError) NotFound() bool {
-	return e.Status == http.StatusNotFound || e.Code == "RepoNotFound" || e.Code == "EntryNotFound" || e.Code == "RevisionNotFound"
-}
-
 // IntegrityError means bytes did not match the size or hash the Hub
 // announced.
 type IntegrityError struct {
@@ -112,7 +83,7 @@ func (e *IntegrityError) Error() string {
 	return fmt.Sprintf("hfhub: %s: hash %s, want %s", e.Path, e.Got, e.Want)
 }
 
-// RemoteError classifies the error (pipeline.IsRemoteError): what the Hub sent is not what it announced.
+// RemoteError classifies the error (pipeline.IsRemoteError): what the Hub or its CDN sent was not what it announced.
 func (e *IntegrityError) RemoteError() bool { return true }
 
 // redact drops the query (signatures) from a URL for error messages.
@@ -149,22 +120,23 @@ func (c *Client) timeout() time.Duration {
 	return 60 * time.Second
 }
 
-// noRedirect is c.HTTP with redirects returned to the caller.
-func (c *Client) noRedirect() *http.Client {
-	base := c.HTTP
-	if base == nil {
-		base = http.DefaultClient
-	}
-	cl := *base
-	cl.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+// noRedirect is c.HTTP with every redirect returned to the caller, which decides per hop whether the token
+// may follow (resolve: a same-origin hop is followed, another origin is where the bytes are).
+func (c *Client) noRedirect() *http.Client { return httpx.WithoutRedirects(c.HTTP) }
+
+// following is c.HTTP following redirects under the shared credential policy (httpx.CheckRedirect: the
+// token is dropped once a redirect leaves the Hub's origin), without an overall timeout.
+func (c *Client) following() *http.Client {
+	cl := httpx.WithRedirectPolicy(c.HTTP)
 	cl.Timeout = 0
-	return &cl
+	return cl
 }
 
-// sameHost reports whether u is on the endpoint's host (token may be sent).
+// sameHost reports whether u is on the endpoint's origin (scheme, host and port), the only place the token
+// may be sent.
 func (c *Client) sameHost(u *url.URL) bool {
 	e, err := url.Parse(c.Endpoint)
-	return err == nil && strings.EqualFold(e.Host, u.Host) && e.Scheme == u.Scheme
+	return err == nil && httpx.SameOrigin(e, u)
 }
 
 // Stat resolves one file: HEAD on the resolve URL without following a
@@ -238,15 +210,13 @@ func (c *Client) statOnce(ctx context.Context, repo, revision, file string) (Fil
 }
 
 func (c *Client) statusError(op, target string, resp *http.Response) error {
-	msg := resp.Header.Get("X-Error-Message")
-	if msg == "" && resp.Request != nil && resp.Request.Method != http.MethodHead {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		msg = strings.TrimSpace(string(b))
+	var body []byte
+	if resp.Request == nil || resp.Request.Method != http.MethodHead {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	}
-	herr := &HTTPError{Op: op, URL: target, Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: msg}
+	herr := NewHubError(op, target, resp, body)
 	if retry.StatusRetryable(resp.StatusCode) {
-		d, _ := retry.ServerDelay(resp.Header, time.Now())
-		return retry.After(herr, d)
+		return retry.After(herr, herr.RetryAfter)
 	}
 	return herr
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/internal/retry"
 	"github.com/phonellm/phonellm/pipeline/hfhub"
 )
@@ -31,48 +32,9 @@ type Client struct {
 	Parallel       int // multipart parts in flight (default 4)
 }
 
-// HubError is a non-success answer, carrying the Hub's own message.
-type HubError struct {
-	Op        string // "preupload", "commit", "upload part 3 of x.gguf", …
-	Status    int
-	Code      string // X-Error-Code
-	Message   string // X-Error-Message, JSON error, or body text
-	RequestID string
-	// RetryAfter is the delay the answer asked for (Retry-After, RateLimit).
-	RetryAfter time.Duration
-}
-
-func (e *HubError) Error() string {
-	s := fmt.Sprintf("hub %s: %d %s", e.Op, e.Status, http.StatusText(e.Status))
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	if e.Code != "" {
-		s += " (" + e.Code + ")"
-	}
-	if e.RequestID != "" {
-		s += " [request " + e.RequestID + "]"
-	}
-	return s
-}
-
-// RemoteError classifies the error (pipeline.IsRemoteError): the Hub refused or failed.
-func (e *HubError) RemoteError() bool { return true }
-
-// Hint suggests what the user can do, for the CLI to print.
-func (e *HubError) Hint() string {
-	switch e.Status {
-	case http.StatusUnauthorized:
-		return "the Hub did not accept the token: set HF_TOKEN (or log in so $HF_HOME/token exists) with a write token"
-	case http.StatusForbidden:
-		return "the token may not write to this repo: use a token with write access to the namespace (fine-grained tokens need repo write permission)"
-	case http.StatusPreconditionFailed:
-		return "someone else committed to the branch meanwhile: run publish again to commit on top of it"
-	case http.StatusTooManyRequests:
-		return "the Hub rate-limited this account: wait a few minutes and run publish again (the upload resumes)"
-	}
-	return ""
-}
+// HubError is a non-success answer from the Hub: hfhub.HubError, the one Hub error type of downloads and
+// uploads (with Write set by this package's calls).
+type HubError = hfhub.HubError
 
 // ConflictError reports a 412: the branch moved since it was read.
 type ConflictError struct{ *HubError }
@@ -87,11 +49,15 @@ var defaultHTTP = func() *http.Client {
 	return &http.Client{Transport: t}
 }()
 
+// client is the HTTP client of API calls: c.HTTP (or defaultHTTP) following redirects under the shared
+// credential policy, so the token never reaches another origin: net/http's own rule would forward it to
+// another port of the Hub's host and to any subdomain (a 307 to another port received it).
 func (c *Client) client() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
+	base := c.HTTP
+	if base == nil {
+		base = defaultHTTP
 	}
-	return defaultHTTP
+	return httpx.WithRedirectPolicy(base)
 }
 
 func (c *Client) timeout() time.Duration {
@@ -108,11 +74,9 @@ func (c *Client) ua() string {
 	return "phonellm"
 }
 
-func (c *Client) sameHost(u string) bool {
-	a, err1 := url.Parse(u)
-	b, err2 := url.Parse(c.Endpoint)
-	return err1 == nil && err2 == nil && strings.EqualFold(a.Host, b.Host) && a.Scheme == b.Scheme
-}
+// sameHost reports whether u is on the endpoint's origin (scheme, host and port): the token goes nowhere
+// else.
+func (c *Client) sameHost(u string) bool { return httpx.SameOriginString(u, c.Endpoint) }
 
 // apiURL joins the endpoint and an already-escaped path.
 func (c *Client) apiURL(path string) string {
@@ -130,8 +94,11 @@ type call struct {
 	idempotent  bool // transient failures may be retried
 }
 
-// maxAPIBody bounds any JSON answer read from the Hub.
-const maxAPIBody = 32 << 20
+// maxAPIBody bounds any JSON answer read from the Hub; maxErrorBody the body of an error answer.
+const (
+	maxAPIBody   = 32 << 20
+	maxErrorBody = 64 << 10
+)
 
 // do performs an API call with retries (idempotent calls only) and returns
 // the 2xx response body.
@@ -179,9 +146,14 @@ func (c *Client) once(ctx context.Context, k call) (*http.Response, []byte, erro
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
-	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody+1))
-	if rerr == nil && len(body) > maxAPIBody {
-		rerr = fmt.Errorf("answer larger than %d bytes", maxAPIBody)
+	limit := int64(maxAPIBody)
+	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		limit = maxErrorBody // only its message is kept, and that is capped
+	}
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if rerr == nil && int64(len(body)) > limit {
+		rerr = fmt.Errorf("answer larger than %d bytes", limit)
+		body = body[:limit]
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if rerr != nil {
@@ -203,46 +175,10 @@ func (c *Client) once(ctx context.Context, k call) (*http.Response, []byte, erro
 	return resp, body, herr
 }
 
-// errorFrom builds a HubError from headers and a JSON or text body
-// (huggingface_hub utils/_http.py hf_raise_for_status shapes).
+// errorFrom builds the HubError of a publishing call's non-success answer.
 func errorFrom(op string, resp *http.Response, body []byte) *HubError {
-	e := &HubError{Op: op, Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"),
-		Message: resp.Header.Get("X-Error-Message"), RequestID: resp.Header.Get("X-Request-Id")}
-	e.RetryAfter, _ = retry.ServerDelay(resp.Header, time.Now())
-	if e.Message != "" {
-		return e
-	}
-	var j struct {
-		Error       json.RawMessage `json:"error"`
-		Message     string          `json:"message"`
-		Description string          `json:"error_description"`
-		Errors      []struct {
-			Message string `json:"message"`
-		} `json:"errors"`
-	}
-	if json.Unmarshal(body, &j) == nil {
-		var s string
-		var list []string
-		switch {
-		case json.Unmarshal(j.Error, &s) == nil && s != "":
-			e.Message = s
-		case json.Unmarshal(j.Error, &list) == nil && len(list) > 0:
-			e.Message = strings.Join(list, "; ")
-		case j.Message != "":
-			e.Message = j.Message
-		case len(j.Errors) > 0:
-			e.Message = j.Errors[0].Message
-		}
-		if j.Description != "" {
-			e.Message = strings.TrimPrefix(e.Message+": "+j.Description, ": ")
-		}
-		return e
-	}
-	msg := strings.TrimSpace(string(body))
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	e.Message = msg
+	e := hfhub.NewHubError(op, "", resp, body)
+	e.Write = true
 	return e
 }
 

@@ -13,6 +13,13 @@
 // never repeated blindly: after an ambiguous failure the branch head is read
 // to learn whether the commit landed.
 //
+// The token goes to the Hub's origin only (scheme, host and port), and API
+// calls follow redirects under httpx.CheckRedirect, the policy downloads use
+// too: net/http alone would forward Authorization to another port of the
+// same host or to a subdomain. Presigned storage URLs never follow redirects.
+// Every refusal is an hfhub.HubError (HubError here), with the Hub's message
+// capped to one line and a hint.
+//
 // Run is the stage entry point; Client is the protocol client; Card renders
 // the README.md model card.
 package publish

@@ -16,7 +16,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/internal/retry"
+	"github.com/phonellm/phonellm/pipeline/hfhub"
 )
 
 // lfsAction is one action of an LFS batch answer (git-lfs docs/api/batch.md).
@@ -111,7 +113,7 @@ func (c *Client) uploadLFS(ctx context.Context, repo, rev string, objs []localOb
 			}
 			seen[a.Oid] = true
 			if a.Error != nil {
-				return &HubError{Op: "lfs batch for " + o.Name, Status: a.Error.Code, Message: a.Error.Message}
+				return &HubError{Op: "lfs batch for " + o.Name, Status: a.Error.Code, Message: httpx.CapText(a.Error.Message, hfhub.MaxMessage), Write: true}
 			}
 			if a.Size != o.Size {
 				return fmt.Errorf("hub lfs batch: %s: answer size %d, want %d", o.Name, a.Size, o.Size)

@@ -165,7 +165,7 @@ func Run(ctx context.Context, opts Options, rep Reporter) (res Result, err error
 		RequestTimeout: opts.RequestTimeout, Parallel: opts.Parallel}
 	if !opts.DryRun {
 		if opts.Token == "" {
-			return res, &HubError{Op: "auth", Status: http.StatusUnauthorized, Message: "no Hub token: set HF_TOKEN or create $HF_HOME/token"}
+			return res, &HubError{Op: "auth", Status: http.StatusUnauthorized, Message: "no Hub token: set HF_TOKEN or create $HF_HOME/token", Write: true}
 		}
 		if !strings.Contains(opts.Repo, "/") {
 			name, _, err := c.WhoAmI(ctx)

@@ -10,118 +10,70 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
 const fingerprint = "phonellm"
 
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req ChatRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	eng, apiErr := s.checkModel(req.Model)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	msgs, apiErr := req.messages()
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	greq, apiErr := req.request(*s.o.Sampling)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	opts := engine.TemplateOptions{AddGenerationPrompt: true, EnableThinking: s.o.EnableThinking}
-	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
-		opts.EnableThinking = &v
-	}
-	prompt, err := eng.ApplyChatTemplate(r.Context(), msgs, opts)
-	if err != nil {
-		writeError(w, badRequest("messages", "", "the chat template rejected the messages: %v", err))
-		return
-	}
-	greq.Prompt = prompt
-	s.generate(w, r, eng, greq, &req.samplingFields, true)
-}
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) { s.serveGenerate(w, r, true) }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	var req CompletionRequest
-	if e := decodeBody(r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	eng, apiErr := s.checkModel(req.Model)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	if req.Echo {
-		writeError(w, badRequest("echo", "", "echo is not supported"))
-		return
-	}
-	text, toks, apiErr := req.prompt()
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	greq, apiErr := req.request(*s.o.Sampling)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	greq.Prompt, greq.Tokens = text, toks
-	s.generate(w, r, eng, greq, &req.samplingFields, false)
-}
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) { s.serveGenerate(w, r, false) }
 
-// generate tokenizes, checks the context, waits for a slot and runs the
-// request, streaming or not.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, eng engine.Engine, greq engine.Request, f *samplingFields, chat bool) {
+// serveGenerate answers a chat or completion request. Every stage is
+// bounded: a full server refuses before reading anything, the body is read
+// within MaxBodyBytes and the shared body budget, decoding, templating and
+// tokenizing run on one of the PrepWorkers under the request's timeout, and
+// only then does the request wait for a slot (or get 429 when the queue is
+// full).
+func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
+	b := s.current()
+	if b == nil {
+		httpx.Reject(w, r, modelLoading())
+		return
+	}
+	leave, apiErr := s.enter()
+	if apiErr != nil {
+		s.m.reject()
+		httpx.Reject(w, r, apiErr)
+		return
+	}
+	defer leave()
 	ctx, cancel := context.WithTimeoutCause(r.Context(), s.o.RequestTimeout, errRequestTimeout)
 	defer cancel()
-	info := eng.Info()
-	greq.AddSpecial = true
-	if greq.Tokens == nil {
-		toks, err := eng.Tokenize(ctx, greq.Prompt, true)
-		if err != nil {
-			writeError(w, badRequest("prompt", "", "%v", err))
-			return
-		}
-		greq.Tokens = toks
-	}
-	for _, t := range greq.Tokens {
-		if t < 0 || int(t) >= info.VocabSize {
-			writeError(w, badRequest("prompt", "", "token %d outside the vocabulary of %d", t, info.VocabSize))
-			return
-		}
-	}
-	if len(greq.Tokens) == 0 {
-		writeError(w, badRequest("prompt", "", "the prompt is empty"))
+	body, release, err := httpx.ReadBody(r, b.lim.MaxBodyBytes, s.budget)
+	if err != nil {
+		release()
+		s.readError(w, r, err)
 		return
 	}
-	if len(greq.Tokens) >= info.ContextLength {
-		writeError(w, contextLengthError(len(greq.Tokens), info.ContextLength, chat))
+	req, apiErr := s.prepare(ctx, b, body, release, chat)
+	if apiErr != nil {
+		httpx.WriteError(w, apiErr)
 		return
 	}
+	s.generate(ctx, w, b.e, req)
+}
+
+// generate waits for a slot and runs the request, streaming or not.
+func (s *Server) generate(ctx context.Context, w http.ResponseWriter, eng engine.Engine, req *request) {
 	release, queueWait, apiErr := s.acquire(ctx)
 	if apiErr != nil {
 		if apiErr.Status == http.StatusTooManyRequests {
-			s.writeRetryAfter(w)
+			s.m.reject()
 		}
-		writeError(w, apiErr)
+		httpx.WriteError(w, apiErr)
 		return
 	}
 	defer release()
 
+	info := eng.Info()
+	greq, f := req.greq, req.f
 	id := "cmpl-" + randomID()
-	if chat {
+	if req.chat {
 		id = "chatcmpl-" + randomID()
 	}
-	out := responder{id: id, created: time.Now().Unix(), model: info.ID, chat: chat}
+	out := responder{id: id, created: time.Now().Unix(), model: info.ID, chat: req.chat}
 	if f.Model != "" {
 		out.model = f.Model
 	}
@@ -132,48 +84,40 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, eng engine.Eng
 	resp, err := eng.Generate(ctx, greq, nil)
 	s.m.tokens(resp.Timings.PromptTokens, resp.Timings.CachedTokens, len(resp.Tokens), resp.Timings.PromptDuration, queueWait)
 	if err != nil {
-		writeError(w, s.generateError(ctx, err, len(greq.Tokens), info.ContextLength, chat))
+		httpx.WriteError(w, s.generateError(ctx, err, len(greq.Tokens), info.ContextLength, req.chat))
 		return
 	}
 	if f.wantsJSON() && !json.Valid([]byte(resp.Text)) {
-		writeError(w, invalidJSON(resp.Text))
+		httpx.WriteError(w, invalidJSON(resp.Text))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out.final(resp))
 }
 
-func (s *Server) generateError(ctx context.Context, err error, n, limit int, chat bool) *APIError {
+func (s *Server) generateError(ctx context.Context, err error, n, limit int, chat bool) *httpx.Error {
 	var ce *engine.ContextLengthError
 	switch {
 	case errors.As(err, &ce):
 		return contextLengthError(n, limit, chat)
+	case errors.Is(err, engine.ErrNonFiniteLogits):
+		s.o.Logger.Error("generation stopped", "error", err)
+		return serverError("non_finite_logits", "model produced non-finite logits")
 	case ctx.Err() != nil:
 		return contextError(ctx)
 	}
-	return &APIError{Status: http.StatusInternalServerError, Type: "server_error", Message: fmt.Sprintf("generation failed: %v", err)}
+	s.o.Logger.Error("generation failed", "error", err)
+	return serverError("generation_failed", "generation failed: %s", httpx.CapText(err.Error(), 512))
 }
 
-func contextLengthError(n, limit int, chat bool) *APIError {
-	param := "prompt"
-	if chat {
-		param = "messages"
-	}
-	return badRequest(param, "context_length_exceeded",
-		"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens (at least one must be left to generate).", limit, n)
-}
-
-func invalidJSON(text string) *APIError {
-	const show = 200
-	if len(text) > show {
-		text = text[:show] + "…"
-	}
-	return &APIError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Param: strp("response_format"),
-		Code: strp("invalid_json_output"), Message: fmt.Sprintf("The model's output is not valid JSON: %q", text)}
+func invalidJSON(text string) *httpx.Error {
+	return httpx.NewError(http.StatusUnprocessableEntity, httpx.TypeInvalidRequest, "invalid_json_output", "response_format",
+		"The model's output is not valid JSON: %q", httpx.CapText(text, 200))
 }
 
 // stream runs greq and writes Server-Sent Events in OpenAI's chunk format,
-// ending with "data: [DONE]". A failed write (client gone) stops generation.
+// ending with "data: [DONE]". A failed write (client gone, or not reading
+// within the server's write timeout) stops generation.
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, eng engine.Engine, greq engine.Request, f *samplingFields, out responder, queueWait time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -206,13 +150,13 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, eng engine.E
 		if r := context.Cause(ctx); r != nil && !errors.Is(r, errRequestTimeout) {
 			return // client gone
 		}
-		_ = send(map[string]*APIError{"error": s.generateError(ctx, err, len(greq.Tokens), eng.Info().ContextLength, out.chat)})
+		_ = send(httpx.ErrorBody(s.generateError(ctx, err, len(greq.Tokens), eng.Info().ContextLength, out.chat)))
 		_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 		_ = rc.Flush()
 		return
 	}
 	if f.wantsJSON() && !json.Valid([]byte(resp.Text)) {
-		_ = send(map[string]*APIError{"error": invalidJSON(resp.Text)})
+		_ = send(httpx.ErrorBody(invalidJSON(resp.Text)))
 	}
 	reason := string(resp.FinishReason)
 	final := out.chunk("", false, &reason)

@@ -1,12 +1,28 @@
 // Package api serves a runtime.Engine over an OpenAI-compatible HTTP API:
 // POST /v1/chat/completions and /v1/completions (JSON or Server-Sent Events
-// in OpenAI's chunk format ending with [DONE]), GET /v1/models, GET /health
-// (503 "loading" until an engine is set) and GET /metrics (Prometheus text).
+// in OpenAI's chunk format ending with [DONE]), GET /v1/models (id, object,
+// created and owned_by: nothing about the machine), GET /health (503
+// "loading" until an engine is set) and GET /metrics (Prometheus text).
 //
 // Admission: Parallel requests generate at once, QueueSize more wait, the
-// rest get 429 with Retry-After. Every request has a timeout, a client that
-// disconnects cancels its generation (the engine frees the slot), an API key
-// is checked in constant time, and every error has OpenAI's JSON shape
-// {"error": {"message", "type", "param", "code"}}. The package is pure Go:
-// its tests run on runtime/enginetest's fake engine.
+// rest get 429 with Retry-After. Every error has OpenAI's JSON shape
+// {"error": {"message", "type", "param", "code"}}, and an API key is checked
+// in constant time.
+//
+// Requests come from strangers, so everything one can make the server do is
+// bounded (Limits, house style §18): a request arriving when slots and queue
+// are full is refused before its body is read; the body is read within
+// MaxBodyBytes and a budget shared by all requests; the messages (count,
+// bytes of each and in all) and stop sequences are checked before any
+// template or tokenizer runs; decoding, templating and tokenizing run on one
+// of PrepWorkers under the request's timeout, which counts from arrival, and
+// stop when the client leaves. A template that exceeds its limits is a 500,
+// text that cannot fit a 400 naming the field. Logits that are NaN or
+// infinite end that request with a 500 ("model produced non-finite logits")
+// and free its slot. Serve adds the connection-level limits of
+// internal/httpx: header, body, idle and per-write timeouts, a header size
+// cap and a cap on open connections.
+//
+// The package is pure Go: its tests run on runtime/enginetest's fake engine,
+// including the abuse test of internal/testkit/abuse.
 package api

@@ -3,35 +3,17 @@ package api
 import (
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/httpx"
 )
 
 // latencyBuckets are the histogram bounds in seconds (10 ms to 10 min).
 var latencyBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
-
-type histogram struct {
-	counts []uint64 // per bucket, cumulative at write time
-	sum    float64
-	n      uint64
-}
-
-func (h *histogram) observe(v float64) {
-	if h.counts == nil {
-		h.counts = make([]uint64, len(latencyBuckets))
-	}
-	for i, b := range latencyBuckets {
-		if v <= b {
-			h.counts[i]++
-		}
-	}
-	h.sum += v
-	h.n++
-}
 
 // metrics holds the server's Prometheus metrics. Labels are the endpoint
 // path and, for requests, the status code.
@@ -42,29 +24,35 @@ type metrics struct {
 	prompt    uint64
 	cached    uint64
 	generated uint64
-	latency   map[string]*histogram // by endpoint
-	ttft      histogram
-	queueWait histogram
+	latency   map[string]*httpx.Histogram // by endpoint
+	ttft      httpx.Histogram
+	queueWait httpx.Histogram
 	start     time.Time
 }
 
 func newMetrics() *metrics {
-	return &metrics{requests: map[[2]string]uint64{}, latency: map[string]*histogram{}, start: time.Now()}
+	return &metrics{requests: map[[2]string]uint64{}, latency: map[string]*httpx.Histogram{}, start: time.Now(),
+		ttft: httpx.Histogram{Bounds: latencyBuckets}, queueWait: httpx.Histogram{Bounds: latencyBuckets}}
 }
 
 func (m *metrics) request(endpoint string, code int, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests[[2]string{endpoint, strconv.Itoa(code)}]++
-	if code == 429 {
-		m.rejected++
-	}
 	h := m.latency[endpoint]
 	if h == nil {
-		h = &histogram{}
+		h = &httpx.Histogram{Bounds: latencyBuckets}
 		m.latency[endpoint] = h
 	}
-	h.observe(d.Seconds())
+	h.Observe(d.Seconds())
+}
+
+// reject counts a request refused with 429 because the slots and the queue
+// were full.
+func (m *metrics) reject() {
+	m.mu.Lock()
+	m.rejected++
+	m.mu.Unlock()
 }
 
 func (m *metrics) tokens(prompt, cached, generated int, ttft, queue time.Duration) {
@@ -74,9 +62,9 @@ func (m *metrics) tokens(prompt, cached, generated int, ttft, queue time.Duratio
 	m.cached += uint64(cached)
 	m.generated += uint64(generated)
 	if ttft > 0 {
-		m.ttft.observe(ttft.Seconds())
+		m.ttft.Observe(ttft.Seconds())
 	}
-	m.queueWait.observe(queue.Seconds())
+	m.queueWait.Observe(queue.Seconds())
 }
 
 // write renders the Prometheus text exposition format (version 0.0.4).
@@ -84,9 +72,7 @@ func (m *metrics) write(w io.Writer, queued, busy, slots int, ready bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
+	family := func(name, typ, help string) { httpx.WriteFamily(&b, name, typ, help) }
 	family("phonellm_requests_total", "counter", "HTTP requests by endpoint and status code.")
 	keys := make([][2]string, 0, len(m.requests))
 	for k := range m.requests {
@@ -96,7 +82,7 @@ func (m *metrics) write(w io.Writer, queued, busy, slots int, ready bool) {
 		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
 	})
 	for _, k := range keys {
-		fmt.Fprintf(&b, "phonellm_requests_total{endpoint=%q,code=%q} %d\n", k[0], k[1], m.requests[k])
+		fmt.Fprintf(&b, "phonellm_requests_total{%s,%s} %d\n", httpx.Label("endpoint", k[0]), httpx.Label("code", k[1]), m.requests[k])
 	}
 	family("phonellm_requests_rejected_total", "counter", "Requests rejected with 429 because the queue was full.")
 	fmt.Fprintf(&b, "phonellm_requests_rejected_total %d\n", m.rejected)
@@ -114,12 +100,12 @@ func (m *metrics) write(w io.Writer, queued, busy, slots int, ready bool) {
 	}
 	sort.Strings(eps)
 	for _, ep := range eps {
-		writeHistogram(&b, "phonellm_request_duration_seconds", fmt.Sprintf("endpoint=%q,", ep), m.latency[ep])
+		m.latency[ep].Write(&b, "phonellm_request_duration_seconds", httpx.Label("endpoint", ep))
 	}
 	family("phonellm_time_to_first_token_seconds", "histogram", "Time from admission to the first generated token.")
-	writeHistogram(&b, "phonellm_time_to_first_token_seconds", "", &m.ttft)
+	m.ttft.Write(&b, "phonellm_time_to_first_token_seconds", "")
 	family("phonellm_queue_wait_seconds", "histogram", "Time requests waited for a free slot.")
-	writeHistogram(&b, "phonellm_queue_wait_seconds", "", &m.queueWait)
+	m.queueWait.Write(&b, "phonellm_queue_wait_seconds", "")
 
 	family("phonellm_queue_depth", "gauge", "Requests waiting for a slot.")
 	fmt.Fprintf(&b, "phonellm_queue_depth %d\n", queued)
@@ -134,29 +120,6 @@ func (m *metrics) write(w io.Writer, queued, busy, slots int, ready bool) {
 	}
 	fmt.Fprintf(&b, "phonellm_ready %d\n", r)
 	family("phonellm_uptime_seconds", "gauge", "Seconds since the server started.")
-	fmt.Fprintf(&b, "phonellm_uptime_seconds %s\n", formatFloat(time.Since(m.start).Seconds()))
+	fmt.Fprintf(&b, "phonellm_uptime_seconds %s\n", httpx.FormatFloat(time.Since(m.start).Seconds()))
 	_, _ = io.WriteString(w, b.String())
-}
-
-func writeHistogram(b *strings.Builder, name, labels string, h *histogram) {
-	for i, le := range latencyBuckets {
-		var c uint64
-		if h.counts != nil {
-			c = h.counts[i]
-		}
-		fmt.Fprintf(b, "%s_bucket{%sle=%q} %d\n", name, labels, formatFloat(le), c)
-	}
-	fmt.Fprintf(b, "%s_bucket{%sle=\"+Inf\"} %d\n", name, labels, h.n)
-	l := strings.TrimSuffix(labels, ",")
-	if l != "" {
-		l = "{" + l + "}"
-	}
-	fmt.Fprintf(b, "%s_sum%s %s\n%s_count%s %d\n", name, l, formatFloat(h.sum), name, l, h.n)
-}
-
-func formatFloat(v float64) string {
-	if math.IsInf(v, 1) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
 }

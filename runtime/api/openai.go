@@ -6,41 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"strings"
 
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
-
-// APIError is an error in OpenAI's JSON shape:
-// {"error": {"message", "type", "param", "code"}}.
-type APIError struct {
-	Status  int     `json:"-"`
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-func (e *APIError) Error() string { return e.Message }
-
-func strp(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func badRequest(param, code, format string, args ...any) *APIError {
-	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: strp(param), Code: strp(code),
-		Message: fmt.Sprintf(format, args...)}
-}
-
-func writeError(w http.ResponseWriter, e *APIError) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Status)
-	_ = json.NewEncoder(w).Encode(map[string]*APIError{"error": e})
-}
 
 // ChatMessage is a message of a chat request. Content is a string or an
 // array of parts of which only "text" parts are accepted.
@@ -129,28 +99,33 @@ type CompletionRequest struct {
 const maxStops = 16
 
 // request converts the shared fields into an engine request.
-func (f *samplingFields) request(defaults engine.SamplingParams) (engine.Request, *APIError) {
+func (f *samplingFields) request(defaults engine.SamplingParams, lim Limits) (engine.Request, *httpx.Error) {
 	var r engine.Request
 	if f.N != nil && *f.N != 1 {
-		return r, badRequest("n", "", "n must be 1 (got %d)", *f.N)
+		return r, httpx.BadRequest("n", "", "n must be 1 (got %d)", *f.N)
 	}
 	if f.Logprobs != nil && *f.Logprobs {
-		return r, badRequest("logprobs", "", "logprobs are not supported")
+		return r, httpx.BadRequest("logprobs", "", "logprobs are not supported")
 	}
 	switch {
 	case f.MaxCompletionTokens != nil:
 		r.MaxTokens = *f.MaxCompletionTokens
 		if r.MaxTokens < 1 {
-			return r, badRequest("max_completion_tokens", "", "max_completion_tokens must be at least 1")
+			return r, httpx.BadRequest("max_completion_tokens", "", "max_completion_tokens must be at least 1")
 		}
 	case f.MaxTokens != nil:
 		r.MaxTokens = *f.MaxTokens
 		if r.MaxTokens < 1 {
-			return r, badRequest("max_tokens", "", "max_tokens must be at least 1")
+			return r, httpx.BadRequest("max_tokens", "", "max_tokens must be at least 1")
 		}
 	}
 	if len(f.Stop) > maxStops {
-		return r, badRequest("stop", "", "at most %d stop sequences", maxStops)
+		return r, httpx.BadRequest("stop", "array_above_max_length", "at most %d stop sequences", maxStops)
+	}
+	for i, stop := range f.Stop {
+		if len(stop) > lim.MaxStopBytes {
+			return r, tooLong(fmt.Sprintf("stop[%d]", i), len(stop), lim.MaxStopBytes)
+		}
 	}
 	r.Stop = f.Stop
 	p := defaults
@@ -183,10 +158,10 @@ func (f *samplingFields) request(defaults engine.SamplingParams) (engine.Request
 		p.Seed = &s
 	}
 	if p.Temperature > 2 {
-		return r, badRequest("temperature", "", "temperature %v is above 2", p.Temperature)
+		return r, httpx.BadRequest("temperature", "", "temperature %v is above 2", p.Temperature)
 	}
 	if err := p.Validate(); err != nil {
-		return r, badRequest("", "", "%v", err)
+		return r, httpx.BadRequest("", "", "%v", err)
 	}
 	r.Sampling = p
 	if f.CachePrompt != nil && !*f.CachePrompt {
@@ -200,10 +175,10 @@ func (f *samplingFields) request(defaults engine.SamplingParams) (engine.Request
 				Schema json.RawMessage `json:"schema"`
 			}
 			if err := json.Unmarshal(rf.JSONSchema, &js); err != nil || len(js.Schema) == 0 || !json.Valid(js.Schema) {
-				return r, badRequest("response_format", "", "response_format json_schema needs a json_schema object with a schema")
+				return r, httpx.BadRequest("response_format", "", "response_format json_schema needs a json_schema object with a schema")
 			}
 		default:
-			return r, badRequest("response_format", "", "response_format type %q: want text, json_object or json_schema", rf.Type)
+			return r, httpx.BadRequest("response_format", "", "response_format type %q: want text, json_object or json_schema", rf.Type)
 		}
 	}
 	return r, nil
@@ -213,32 +188,59 @@ func (f *samplingFields) wantsJSON() bool {
 	return f.ResponseFormat != nil && (f.ResponseFormat.Type == "json_object" || f.ResponseFormat.Type == "json_schema")
 }
 
-// messages converts chat messages, accepting string content or text parts.
-func (c *ChatRequest) messages() ([]engine.Message, *APIError) {
+// messages converts chat messages, accepting string content or text parts,
+// within the request limits: the number of messages, each content's bytes
+// and their sum, checked before anything is templated or tokenized.
+func (c *ChatRequest) messages(lim Limits) ([]engine.Message, *httpx.Error) {
 	if len(c.Messages) == 0 {
-		return nil, badRequest("messages", "", "messages must not be empty")
+		return nil, httpx.BadRequest("messages", "", "messages must not be empty")
+	}
+	if len(c.Messages) > lim.MaxMessages {
+		return nil, httpx.BadRequest("messages", "array_above_max_length",
+			"Invalid 'messages': array too long: %d messages, at most %d.", len(c.Messages), lim.MaxMessages)
 	}
 	if len(c.Tools) > 0 {
-		return nil, badRequest("tools", "", "tools are not supported")
+		return nil, httpx.BadRequest("tools", "", "tools are not supported")
 	}
 	out := make([]engine.Message, len(c.Messages))
+	total := 0
 	for i, m := range c.Messages {
 		switch m.Role {
 		case "system", "developer", "user", "assistant", "tool":
 		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "", "unknown role %q", m.Role)
+			return nil, httpx.BadRequest(fmt.Sprintf("messages[%d].role", i), "", "unknown role %q", m.Role)
 		}
 		role := m.Role
 		if role == "developer" {
 			role = "system"
 		}
+		param := fmt.Sprintf("messages[%d].content", i)
+		// JSON escapes take at most 6 bytes per byte of text: a longer raw value is too long unread.
+		if raw := len(m.Content); raw > 6*lim.MaxPromptBytes+2 {
+			return nil, tooLong(param, raw, lim.MaxPromptBytes)
+		}
 		text, err := contentText(m.Content)
 		if err != nil {
-			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "", "%v", err)
+			return nil, httpx.BadRequest(param, "", "%v", err)
+		}
+		if len(text) > lim.MaxPromptBytes {
+			return nil, tooLong(param, len(text), lim.MaxPromptBytes)
+		}
+		if total += len(text); total > lim.MaxPromptBytes {
+			return nil, httpx.BadRequest("messages", "string_above_max_length",
+				"Invalid 'messages': the messages hold more than %d bytes of text, more than a prompt for this model's context may have.", lim.MaxPromptBytes)
 		}
 		out[i] = engine.Message{Role: role, Content: text}
 	}
 	return out, nil
+}
+
+func totalContent(msgs []engine.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content)
+	}
+	return n
 }
 
 func contentText(raw json.RawMessage) (string, error) {
@@ -258,6 +260,9 @@ func contentText(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", errors.New("content must be a string or an array of text parts")
 	}
+	if len(parts) > 4096 {
+		return "", fmt.Errorf("content has %d parts, at most 4096", len(parts))
+	}
 	var sb strings.Builder
 	for _, p := range parts {
 		if p.Type != "text" {
@@ -269,35 +274,49 @@ func contentText(raw json.RawMessage) (string, error) {
 }
 
 // prompt returns the text or tokens of a completion request's prompt: a
-// string, an array with one string, or an array of token ids.
-func (c *CompletionRequest) prompt() (string, []int32, *APIError) {
+// string, an array with one string, or an array of token ids; text longer
+// than lim.MaxPromptBytes and more tokens than the context holds are refused
+// before tokenizing.
+func (c *CompletionRequest) prompt(lim Limits, contextLength int) (string, []int32, *httpx.Error) {
 	raw := bytes.TrimSpace(c.Prompt)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil, badRequest("prompt", "", "prompt is required")
+		return "", nil, httpx.BadRequest("prompt", "", "prompt is required")
+	}
+	if len(raw) > 6*lim.MaxPromptBytes+16 && raw[0] != '[' {
+		return "", nil, tooLong("prompt", len(raw), lim.MaxPromptBytes)
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
+		if len(s) > lim.MaxPromptBytes {
+			return "", nil, tooLong("prompt", len(s), lim.MaxPromptBytes)
+		}
 		return s, nil, nil
 	}
 	var ss []string
 	if json.Unmarshal(raw, &ss) == nil {
 		if len(ss) != 1 {
-			return "", nil, badRequest("prompt", "", "exactly one prompt is supported (got %d)", len(ss))
+			return "", nil, httpx.BadRequest("prompt", "", "exactly one prompt is supported (got %d)", len(ss))
+		}
+		if len(ss[0]) > lim.MaxPromptBytes {
+			return "", nil, tooLong("prompt[0]", len(ss[0]), lim.MaxPromptBytes)
 		}
 		return ss[0], nil, nil
 	}
 	var toks []float64
 	if json.Unmarshal(raw, &toks) == nil {
+		if len(toks) >= contextLength {
+			return "", nil, contextLengthError(len(toks), contextLength, false)
+		}
 		out := make([]int32, len(toks))
 		for i, t := range toks {
 			if t != math.Trunc(t) || t < 0 || t > math.MaxInt32 {
-				return "", nil, badRequest("prompt", "", "prompt token %v is not a token id", t)
+				return "", nil, httpx.BadRequest("prompt", "", "prompt token %v is not a token id", t)
 			}
 			out[i] = int32(t)
 		}
 		return "", out, nil
 	}
-	return "", nil, badRequest("prompt", "", "prompt must be a string, an array of one string, or an array of token ids")
+	return "", nil, httpx.BadRequest("prompt", "", "prompt must be a string, an array of one string, or an array of token ids")
 }
 
 // Usage is OpenAI's usage object.

@@ -2,22 +2,19 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/phonellm/phonellm/internal/httpx"
-
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
@@ -32,13 +29,18 @@ type Options struct {
 	// QueueSize is how many requests may wait for a slot; more get 429 with
 	// Retry-After. 0 means 4×Parallel; negative means no queue.
 	QueueSize int
-	// RequestTimeout bounds a request from arrival to its last byte,
-	// queueing included; 0 means 10 minutes.
+	// RequestTimeout bounds a request from arrival to its last byte: reading
+	// its body, templating and tokenizing, queueing and generating. 0 means
+	// 10 minutes.
 	RequestTimeout time.Duration
 	// RetryAfter is the Retry-After sent with 429; 0 means 1 s.
 	RetryAfter time.Duration
-	// MaxBodyBytes bounds request bodies; 0 means 16 MiB.
-	MaxBodyBytes int64
+	// Limits bound what one request may make the server do before it takes
+	// a slot; zero fields follow the model's context length.
+	Limits Limits
+	// HTTP holds the connection-level limits Serve applies (timeouts,
+	// header size, connection cap); zero fields take httpx's defaults.
+	HTTP httpx.ServerOptions
 	// Sampling holds the defaults for fields a request leaves out; nil
 	// means engine.DefaultSampling().
 	Sampling *engine.SamplingParams
@@ -54,24 +56,30 @@ type Options struct {
 
 // Server serves an Engine over OpenAI's HTTP API. Create it with New, make
 // it ready with SetEngine (GET /health says "loading" until then) and serve
-// Handler().
+// Handler() (or call Serve, which adds the connection-level limits).
 type Server struct {
 	o       Options
 	engine  atomic.Pointer[engineBox]
 	created int64
 	m       *metrics
-	apiKey  [32]byte
+	keys    *httpx.Keys
+	budget  *httpx.Budget
+	prep    chan struct{} // one token per request decoding, templating or tokenizing
 
-	mu      sync.Mutex
-	slots   chan struct{}
-	queued  int
-	busy    int
-	limit   int // slots + queue
-	nslots  int
-	handler http.Handler
+	mu       sync.Mutex
+	slots    chan struct{}
+	queued   int // waiting for a slot
+	busy     int // holding a slot
+	limit    int // slots + queue
+	nslots   int
+	handler  http.Handler
+	inflight int // generation requests anywhere between arrival and their answer (for tests and checks)
 }
 
-type engineBox struct{ e engine.Engine }
+type engineBox struct {
+	e   engine.Engine
+	lim Limits // o.Limits with the engine's defaults filled in
+}
 
 // New returns a Server without an engine.
 func New(o Options) *Server {
@@ -81,9 +89,6 @@ func New(o Options) *Server {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
 	}
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 16 << 20
-	}
 	if o.Sampling == nil {
 		d := engine.DefaultSampling()
 		o.Sampling = &d
@@ -91,9 +96,20 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, created: time.Now().Unix(), m: newMetrics()}
+	if o.Limits.PrepWorkers <= 0 {
+		o.Limits.PrepWorkers = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if o.Limits.BodyBudget <= 0 {
+		o.Limits.BodyBudget = DefaultBodyBudget
+	}
+	s := &Server{o: o, created: time.Now().Unix(), m: newMetrics(),
+		budget: httpx.NewBudget(o.Limits.BodyBudget), prep: make(chan struct{}, o.Limits.PrepWorkers)}
 	if o.APIKey != "" {
-		s.apiKey = sha256.Sum256([]byte(o.APIKey))
+		k, err := httpx.NewKeys(o.APIKey)
+		if err != nil {
+			k = httpx.DenyAll() // a key nobody can send (surrounding spaces): refuse everyone, never no one
+		}
+		s.keys = k
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
@@ -104,8 +120,7 @@ func New(o Options) *Server {
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error",
-			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		httpx.Reject(w, r, httpx.NotFound(r))
 	})
 	s.handler = s.wrap(mux)
 	return s
@@ -113,9 +128,10 @@ func New(o Options) *Server {
 
 // SetEngine makes the server ready to serve e.
 func (s *Server) SetEngine(e engine.Engine) {
+	info := e.Info()
 	n := s.o.Parallel
 	if n <= 0 {
-		n = max(e.Info().Parallel, 1)
+		n = max(info.Parallel, 1)
 	}
 	q := s.o.QueueSize
 	switch {
@@ -129,34 +145,25 @@ func (s *Server) SetEngine(e engine.Engine) {
 	s.nslots = n
 	s.limit = n + q
 	s.mu.Unlock()
-	s.engine.Store(&engineBox{e})
+	s.engine.Store(&engineBox{e: e, lim: s.o.Limits.forContext(info.ContextLength)})
 }
 
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Serve serves on ln until ctx ends, then shuts down gracefully (waiting up
-// to 10 s for running requests).
+// Serve serves on ln until ctx ends, then shuts down gracefully (requests
+// in flight get Options.HTTP.ShutdownTimeout, 10 s by default), with the
+// connection-level limits of Options.HTTP: header, body, idle and per-write
+// timeouts, a header size cap and a cap on open connections.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	o := s.o.HTTP
+	if o.ErrorLog == nil {
+		o.ErrorLog = slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelWarn) // net/http's own complaints
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	err := hs.Shutdown(sctx)
-	if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
-		err = e
-	}
-	return err
+	return httpx.Serve(ctx, ln, s.handler, o)
 }
 
-// wrap adds authentication, body limits, metrics and logging.
+// wrap adds authentication, metrics and logging.
 func (s *Server) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -172,16 +179,18 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 			if !knownEndpoint(endpoint) {
 				endpoint = "other"
 			}
-			s.m.request(endpoint, sw.Code, time.Since(start))
-			s.o.Logger.Info("request", "method", r.Method, "path", r.URL.Path, "status", sw.Code,
+			code := sw.Code
+			if code == 0 {
+				code = 499 // the client left before an answer
+			}
+			s.m.request(endpoint, code, time.Since(start))
+			s.o.Logger.Info("request", "method", r.Method, "path", endpoint, "status", code,
 				"duration", time.Since(start).Round(time.Millisecond))
 		}()
-		if s.o.APIKey != "" && endpoint != "/health" && endpoint != "/v1/health" && !s.authorized(r) {
-			writeError(sw, &APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error",
-				Code: strp("invalid_api_key"), Message: "Incorrect or missing API key: send Authorization: Bearer <key>."})
+		if s.keys.Enabled() && endpoint != "/health" && endpoint != "/v1/health" && !s.keys.Authorized(r) {
+			httpx.Reject(sw, r, httpx.Unauthorized())
 			return
 		}
-		r.Body = http.MaxBytesReader(sw, r.Body, s.o.MaxBodyBytes)
 		next.ServeHTTP(sw, r)
 	})
 }
@@ -194,20 +203,10 @@ func knownEndpoint(p string) bool {
 	return false
 }
 
-// authorized compares the bearer token in constant time (hashes of equal
-// length, so the key's length does not leak either).
-func (s *Server) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	return subtle.ConstantTimeCompare(got[:], s.apiKey[:]) == 1
-}
+func (s *Server) current() *engineBox { return s.engine.Load() }
 
 func (s *Server) currentEngine() engine.Engine {
-	if b := s.engine.Load(); b != nil {
+	if b := s.current(); b != nil {
 		return b.e
 	}
 	return nil
@@ -215,6 +214,7 @@ func (s *Server) currentEngine() engine.Engine {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	if s.currentEngine() == nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"status":"loading"}` + "\n"))
@@ -234,12 +234,13 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	s.m.write(w, queued, busy, n, s.currentEngine() != nil)
 }
 
+// modelObject is OpenAI's model object. It says nothing about the machine:
+// no file path, no engine settings.
 type modelObject struct {
-	ID      string            `json:"id"`
-	Object  string            `json:"object"`
-	Created int64             `json:"created"`
-	OwnedBy string            `json:"owned_by"`
-	Meta    *engine.ModelInfo `json:"meta,omitempty"`
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
 }
 
 func (s *Server) modelObjects() []modelObject {
@@ -247,8 +248,7 @@ func (s *Server) modelObjects() []modelObject {
 	if e == nil {
 		return []modelObject{}
 	}
-	info := e.Info()
-	out := []modelObject{{ID: info.ID, Object: "model", Created: s.created, OwnedBy: "phonellm", Meta: &info}}
+	out := []modelObject{{ID: e.Info().ID, Object: "model", Created: s.created, OwnedBy: "phonellm"}}
 	for _, a := range s.o.Aliases {
 		out = append(out, modelObject{ID: a, Object: "model", Created: s.created, OwnedBy: "phonellm"})
 	}
@@ -269,42 +269,70 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, modelNotFound(id))
+	httpx.WriteError(w, modelNotFound(id))
 }
 
-func modelNotFound(id string) *APIError {
-	return &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: strp("model"), Code: strp("model_not_found"),
-		Message: fmt.Sprintf("The model %q does not exist.", id)}
+func modelNotFound(id string) *httpx.Error {
+	return httpx.NewError(http.StatusNotFound, httpx.TypeInvalidRequest, "model_not_found", "model",
+		"The model %q does not exist.", httpx.CapText(id, 256))
 }
 
-// checkModel returns the engine serving name, or an error.
-func (s *Server) checkModel(name string) (engine.Engine, *APIError) {
-	e := s.currentEngine()
-	if e == nil {
-		return nil, &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: strp("model_loading"),
-			Message: "The model is still loading."}
-	}
-	if name == "" || name == e.Info().ID {
-		return e, nil
+func modelLoading() *httpx.Error {
+	return httpx.NewError(http.StatusServiceUnavailable, httpx.TypeServer, "model_loading", "", "The model is still loading.")
+}
+
+// checkModel checks that name is served by b.
+func (s *Server) checkModel(b *engineBox, name string) *httpx.Error {
+	if name == "" || name == b.e.Info().ID {
+		return nil
 	}
 	for _, a := range s.o.Aliases {
 		if a == name {
-			return e, nil
+			return nil
 		}
 	}
-	return nil, modelNotFound(name)
+	return modelNotFound(name)
+}
+
+// enter refuses a generation request at once, before its body is read or
+// tokenized, when every slot and the queue are taken, and otherwise counts
+// it until leave. Requests still reading their body or waiting to be
+// prepared do not take a queue place (a few slow clients must not lock the
+// others out); they are bounded by the body budget, the connection cap and
+// the timeouts, and take their place in acquire.
+func (s *Server) enter() (leave func(), apiErr *httpx.Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy+s.queued >= s.limit {
+		return nil, s.queueFull()
+	}
+	s.inflight++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.inflight--
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+func (s *Server) queueFull() *httpx.Error {
+	e := httpx.NewError(http.StatusTooManyRequests, httpx.TypeRateLimit, "queue_full", "",
+		"All %d slots are busy and the queue is full; retry later.", s.nslots)
+	e.RetryAfter = s.o.RetryAfter
+	return e
 }
 
 // acquire admits a request: a free slot, or a place in the queue until one
 // frees up. It returns a release function, or an error (429 when the queue
 // is full, the context's error when it ends first).
-func (s *Server) acquire(ctx context.Context) (func(), time.Duration, *APIError) {
+func (s *Server) acquire(ctx context.Context) (func(), time.Duration, *httpx.Error) {
 	start := time.Now()
 	s.mu.Lock()
 	if s.busy+s.queued >= s.limit {
 		s.mu.Unlock()
-		return nil, 0, &APIError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: strp("queue_full"),
-			Message: fmt.Sprintf("All %d slots are busy and the queue is full; retry later.", s.nslots)}
+		return nil, 0, s.queueFull()
 	}
 	s.queued++
 	slots := s.slots
@@ -332,34 +360,22 @@ func (s *Server) acquire(ctx context.Context) (func(), time.Duration, *APIError)
 	}, time.Since(start), nil
 }
 
-func contextError(ctx context.Context) *APIError {
+// contextError is the answer for a request whose context ended: its timeout
+// (504), or the client leaving (nobody reads that one).
+func contextError(ctx context.Context) *httpx.Error {
 	if errors.Is(context.Cause(ctx), errRequestTimeout) {
-		return &APIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: strp("timeout"),
-			Message: "The request timed out."}
+		return httpx.NewError(http.StatusGatewayTimeout, httpx.TypeServer, "timeout", "", "The request timed out.")
 	}
-	// The client went away; nobody reads this.
-	return &APIError{Status: 499, Type: "server_error", Code: strp("cancelled"), Message: "The request was cancelled."}
+	return httpx.NewError(499, httpx.TypeServer, "cancelled", "", "The request was cancelled.")
 }
 
 var errRequestTimeout = errors.New("request timeout")
 
-func (s *Server) writeRetryAfter(w http.ResponseWriter) {
-	secs := int(s.o.RetryAfter.Round(time.Second) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+func serverError(code, format string, args ...any) *httpx.Error {
+	return httpx.NewError(http.StatusInternalServerError, httpx.TypeServer, code, "", format, args...)
 }
 
-func decodeBody(r *http.Request, v any) *APIError {
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
-				Message: fmt.Sprintf("request body larger than %d bytes", mbe.Limit)}
-		}
-		return badRequest("", "invalid_json", "We could not parse the JSON body of your request: %v", err)
-	}
-	if dec.More() {
-		return badRequest("", "invalid_json", "unexpected data after the JSON body")
-	}
-	return nil
+// String renders the limits for logs.
+func (l Limits) String() string {
+	return fmt.Sprintf("body %d B, prompt %d B, %d messages, %d prep workers", l.MaxBodyBytes, l.MaxPromptBytes, l.MaxMessages, l.PrepWorkers)
 }

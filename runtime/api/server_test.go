@@ -384,8 +384,8 @@ func TestParallelQueueAndBackPressure(t *testing.T) {
 }
 
 func TestDisconnectFreesSlot(t *testing.T) {
-	ts, _, _ := newServer(t, enginetest.Options{TokenDelay: 20 * time.Millisecond,
-		Reply: func(string) string { return strings.Repeat("x", 500) }}, Options{})
+	ts, _, _ := newServer(t, enginetest.Options{TokenDelay: 20 * time.Millisecond, ContextLength: 8192,
+		Reply: func(string) string { return strings.Repeat("x", 5000) }}, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	js, _ := json.Marshal(chatBody("x", map[string]any{"stream": true}))
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", strings.NewReader(string(js)))
@@ -408,11 +408,9 @@ func TestDisconnectFreesSlot(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	start := time.Now()
+	// The answer would take 100 s to finish: the slot coming back within waitFor's 10 s shows the
+	// disconnect cancelled it (no wall-clock threshold, so a loaded machine does not fail the test).
 	waitFor(t, "slot freed", func() bool { b, _ := health(t, ts.URL); return b == 0 })
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Fatalf("slot freed %v after disconnect, want <= 100ms", d)
-	}
 	// And the engine's slot too: a new request is served at once.
 	r := decode[ChatResponse](t, post(t, ts.URL+"/v1/chat/completions", "", chatBody("y", map[string]any{"max_tokens": 1})), 200)
 	if r.Usage.CompletionTokens != 1 {

@@ -105,6 +105,17 @@ type Request struct {
 	// IgnoreEOG keeps generating past end-of-generation tokens (for
 	// benchmarks, like llama-bench); they are then treated as text.
 	IgnoreEOG bool
+	// Constraint, when not nil, limits the output to what it allows (a GBNF
+	// grammar, a JSON schema, a set of choices: runtime/grammar). It is
+	// applied before the sampler chain; generation stops with FinishStop as
+	// soon as the output is complete and only an end-of-generation token
+	// could follow. A constraint the model's vocabulary cannot follow fails
+	// Generate with an error that is an InputError.
+	Constraint Constraint
+	// Logprobs, when not nil, records the log-probability of every
+	// generated token and its most likely alternatives (Token.Logprobs,
+	// Response.Logprobs); see LogprobSource for the distribution.
+	Logprobs *LogprobOptions
 }
 
 // Token is one generated token.
@@ -114,6 +125,9 @@ type Token struct {
 	// token, an incomplete UTF-8 sequence, or text held back because it may
 	// start a stop sequence) or hold text of earlier tokens released now.
 	Text string `json:"text"`
+	// Logprobs is the sampler's record for this token when the request
+	// asked for it (nil for the flush of held-back text, ID -1).
+	Logprobs *StepLogprobs `json:"logprobs,omitempty"`
 }
 
 // Response is the result of Generate.
@@ -122,6 +136,9 @@ type Response struct {
 	Tokens       []int32      `json:"tokens"`
 	FinishReason FinishReason `json:"finish_reason"`
 	Timings      Timings      `json:"timings"`
+	// Logprobs holds one record per entry of Tokens when the request asked
+	// for them (an end-of-generation token is not in Tokens and has none).
+	Logprobs []StepLogprobs `json:"logprobs,omitempty"`
 }
 
 // Timings of one request. Durations are nanoseconds in JSON.

@@ -8,7 +8,7 @@ import (
 
 func TestGreedyPicksMaxLowestIdOnTie(t *testing.T) {
 	s := NewSampler(Greedy())
-	if got := s.Sample([]float32{1, 5, 3, 5}, nil); got != 1 {
+	if got := mustSample(t, s, []float32{1, 5, 3, 5}, nil); got != 1 {
 		t.Fatalf("greedy = %d, want 1", got)
 	}
 }
@@ -18,7 +18,7 @@ func TestRepeatPenaltyChangesGreedyChoice(t *testing.T) {
 	p.RepeatPenalty = 2
 	s := NewSampler(p)
 	// token 1 (logit 5) was seen: 5/2 = 2.5 < 3, so token 2 wins.
-	if got := s.Sample([]float32{1, 5, 3, -1}, []int32{1, 3}); got != 2 {
+	if got := mustSample(t, s, []float32{1, 5, 3, -1}, []int32{1, 3}); got != 2 {
 		t.Fatalf("got %d, want 2", got)
 	}
 	// Negative logits are multiplied: token 3 becomes -2.
@@ -51,7 +51,7 @@ func TestSeededSamplingReproducible(t *testing.T) {
 		s := NewSampler(p)
 		var out []int32
 		for range 50 {
-			out = append(out, s.Sample(append([]float32(nil), logits...), nil))
+			out = append(out, mustSample(t, s, append([]float32(nil), logits...), nil))
 		}
 		return out
 	}
@@ -87,7 +87,7 @@ func TestTopKTopPMinPRestrict(t *testing.T) {
 			seed := uint64(i)
 			p := tc.p
 			p.Seed = &seed
-			tok := NewSampler(p).Sample(append([]float32(nil), logits...), nil)
+			tok := mustSample(t, NewSampler(p), append([]float32(nil), logits...), nil)
 			if !tc.allowed[tok] {
 				t.Fatalf("%s: drew %d", tc.name, tok)
 			}

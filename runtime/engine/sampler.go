@@ -2,6 +2,7 @@ package engine
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -72,6 +73,7 @@ type Sampler struct {
 	p    SamplingParams
 	rng  *rand.Rand
 	cand []candidate
+	hook hook // constraint and log-probability recording (samplehook.go)
 }
 
 type candidate struct {
@@ -89,29 +91,92 @@ func NewSampler(p SamplingParams) *Sampler {
 	return &Sampler{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
+// ErrNonFiniteLogits is returned (wrapped in a *NonFiniteError) by Sample
+// when the model's logits hold a NaN or an infinity: a broken model file
+// (NaN weights, a hyper-parameter such as rope.freq_base that is NaN or not
+// positive) or an overflow. Nothing sampled from such logits means anything,
+// not even the argmax, so the request must end with an error rather than
+// text.
+var ErrNonFiniteLogits = errors.New("engine: model produced non-finite logits")
+
+// NonFiniteError says which logits were not finite.
+type NonFiniteError struct {
+	Count int     // logits that are NaN or ±Inf
+	First int     // index of the first one
+	Value float32 // its value
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("%v: %d of them, first %v at token %d", ErrNonFiniteLogits, e.Count, e.Value, e.First)
+}
+
+func (e *NonFiniteError) Unwrap() error { return ErrNonFiniteLogits }
+
+// CheckFinite returns a *NonFiniteError when logits hold a NaN or an
+// infinity.
+func CheckFinite(logits []float32) error {
+	bad, first := 0, -1
+	for i, v := range logits {
+		// v-v is 0 for every finite v, NaN for NaN and ±Inf.
+		if v-v != 0 {
+			if bad == 0 {
+				first = i
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		return &NonFiniteError{Count: bad, First: first, Value: logits[first]}
+	}
+	return nil
+}
+
 // Sample returns the next token id. history holds the tokens so far (prompt
-// and generated) for the penalties. Sample modifies logits in place.
-func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+// and generated) for the penalties. Sample modifies logits in place. It
+// fails (ErrNonFiniteLogits) when the logits are not all finite, at any
+// temperature, and never indexes outside them. With a constraint (Constrain)
+// the token is one the constraint allows and the matcher has accepted it; a
+// constraint that cannot go on is returned as the error too (and by Err).
+func (s *Sampler) Sample(logits []float32, history []int32) (int32, error) {
 	if len(logits) == 0 {
-		return 0
+		return 0, errors.New("engine: sample: no logits")
+	}
+	if err := CheckFinite(logits); err != nil {
+		return 0, err
+	}
+	if s.hook.active() {
+		t := s.sampleHooked(logits, history)
+		return t, s.hook.err
 	}
 	s.penalize(logits, history)
+	return s.pick(logits), nil
+}
+
+// pick runs the chain after the penalties: greedy, or top-k, top-p, min-p,
+// temperature and a seeded draw. It does not modify logits.
+func (s *Sampler) pick(logits []float32) int32 {
 	if s.p.Temperature <= 0 {
 		return argmax(logits)
 	}
 	c := s.topK(logits)
 	c = s.topP(c)
 	c = s.minP(c)
-	// Temperature, then softmax and a draw.
-	inv := 1 / s.p.Temperature
-	maxl := float32(math.Inf(-1))
-	for i := range c {
-		c[i].logit *= inv
-		maxl = max(maxl, c[i].logit)
+	if len(c) == 0 {
+		// Only when every logit is -Inf (a constraint's mask): the argmax
+		// is as good as any, and the caller's mask check decides.
+		return argmax(logits)
 	}
+	// Temperature, then softmax and a draw. The scaled differences are
+	// computed in float64 from finite inputs: a temperature near zero makes
+	// them -Inf (probability 0), never NaN.
+	maxl := c[0].logit
+	for _, x := range c[1:] {
+		maxl = max(maxl, x.logit)
+	}
+	t := float64(s.p.Temperature)
 	var sum float64
 	for i := range c {
-		e := math.Exp(float64(c[i].logit - maxl))
+		e := math.Exp((float64(c[i].logit) - float64(maxl)) / t)
 		c[i].prob = float32(e)
 		sum += e
 	}
@@ -156,6 +221,9 @@ func (s *Sampler) penalize(logits []float32, history []int32) {
 	}
 	for t, c := range counts {
 		l := logits[t]
+		if math.IsInf(float64(l), 0) {
+			continue // set by a constraint, not by the model: it stays as it is
+		}
 		if rp != 0 && rp != 1 {
 			if l <= 0 {
 				l *= rp
@@ -164,7 +232,9 @@ func (s *Sampler) penalize(logits []float32, history []int32) {
 			}
 		}
 		l -= float32(c)*s.p.FrequencyPenalty + s.p.PresencePenalty
-		logits[t] = l
+		// A penalty near zero divides a logit past float32's range: keep it
+		// finite so the rest of the chain compares real numbers.
+		logits[t] = max(min(l, math.MaxFloat32), -math.MaxFloat32)
 	}
 }
 

@@ -20,6 +20,10 @@ type Features struct {
 	// prompt may reuse less than its whole cached prefix. Outputs must still
 	// equal uncached ones.
 	CheckpointPrefixCache bool
+	// NoConstraints: the engine cannot honour Request.Constraint or
+	// Request.Logprobs; it must refuse such requests with an error rather
+	// than generate unconstrained text or drop the records silently.
+	NoConstraints bool
 }
 
 // Run is the conformance suite for engine.Engine implementations. e must be
@@ -251,6 +255,13 @@ func Run(t *testing.T, e engine.Engine, f Features) {
 			}
 		}
 	})
+
+	if f.NoConstraints {
+		t.Run("RefusesConstraint", func(t *testing.T) { runRefusesConstraint(t, e, prompt(t, "Rate the fraud risk.")) })
+	} else {
+		t.Run("Constraint", func(t *testing.T) { runConstraint(t, e, prompt(t, "Rate the fraud risk.")) })
+		t.Run("Logprobs", func(t *testing.T) { runLogprobs(t, e, prompt(t, "Say something.")) })
+	}
 }
 
 func genNoErr(t *testing.T, e engine.Engine, req engine.Request) engine.Response {

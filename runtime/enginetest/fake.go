@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -44,6 +45,15 @@ type Options struct {
 	PromptDelay, TokenDelay time.Duration
 	// ChatTemplate overrides the ChatML template.
 	ChatTemplate string
+	// TokenizeDelay is spent per KiB of text tokenized (at least once per
+	// call), checking the context as it goes: a stand-in for a costly
+	// tokenizer, so that bounds on concurrent tokenization and its
+	// cancellation are observable.
+	TokenizeDelay time.Duration
+	// Logits, when set, is called with every row of logits before sampling
+	// and may change it (tests make it produce NaN or infinities, as a
+	// broken model file does).
+	Logits func(step int, logits []float32)
 }
 
 // Fake is a deterministic in-memory engine.Engine: a byte-level tokenizer
@@ -63,6 +73,8 @@ type Fake struct {
 	busy   []bool
 	closed bool
 	calls  int
+
+	tokenizing, peakTokenizing int // Tokenize calls running now, and at most
 }
 
 var _ engine.Engine = (*Fake)(nil)
@@ -99,11 +111,39 @@ func (f *Fake) Info() engine.ModelInfo {
 		Parallel: f.o.Parallel, VocabSize: FakeVocabSize, HasChatTemplate: f.o.ChatTemplate != ""}
 }
 
+// PeakTokenize is the largest number of Tokenize calls that ran at once.
+func (f *Fake) PeakTokenize() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peakTokenizing
+}
+
 // Tokenize implements engine.Engine: special token texts become their ids,
-// every other byte its own id.
+// every other byte its own id. It stops with ctx's error when ctx ends.
 func (f *Fake) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int32, error) {
+	f.mu.Lock()
+	f.tokenizing++
+	f.peakTokenizing = max(f.peakTokenizing, f.tokenizing)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.tokenizing--
+		f.mu.Unlock()
+	}()
+	if f.o.TokenizeDelay > 0 {
+		for kib := 0; kib == 0 || kib < (len(text)+1023)/1024; kib++ {
+			if err := sleep(ctx, f.o.TokenizeDelay); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var out []int32
-	for len(text) > 0 {
+	for i := 0; len(text) > 0; i++ {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		matched := false
 		for _, s := range specials {
 			if strings.HasPrefix(text, s.text) {
@@ -139,6 +179,9 @@ func (f *Fake) Detokenize(tokens []int32) (string, error) {
 
 // ApplyChatTemplate implements engine.Engine.
 func (f *Fake) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
 	return f.tmpl.Render(messages, opts)
 }
 
@@ -152,8 +195,9 @@ func (f *Fake) Close() error {
 
 // Generate implements engine.Engine.
 func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
-	if err := req.Sampling.Validate(); err != nil {
-		return engine.Response{}, fmt.Errorf("enginetest: sampling: %w", err)
+	sampler, matcher, err := engine.RequestSampler(req, fakeVocabulary)
+	if err != nil {
+		return engine.Response{}, fmt.Errorf("enginetest: %w", err)
 	}
 	prompt := req.Tokens
 	if prompt == nil {
@@ -229,7 +273,6 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 
 	promptText, _ := f.Detokenize(prompt)
 	reply := f.reply(promptText)
-	sampler := engine.NewSampler(req.Sampling)
 	stream := engine.NewTextStream(req.Stop)
 	history := append([]int32(nil), prompt...)
 	logits := make([]float32, FakeVocabSize)
@@ -259,8 +302,20 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 		if step < len(reply) {
 			want = int32(reply[step])
 		}
+		if matcher != nil && matcher.Done() { // complete before any token (an empty choice)
+			return finish(engine.FinishStop, nil)
+		}
 		fillLogits(logits, history, want)
-		t := sampler.Sample(logits, history)
+		if f.o.Logits != nil {
+			f.o.Logits(step, logits)
+		}
+		t, err := sampler.Sample(logits, history)
+		if err != nil {
+			if errors.Is(err, engine.ErrNonFiniteLogits) {
+				return finish(engine.FinishCancelled, fmt.Errorf("enginetest: %w", err))
+			}
+			return finish(engine.FinishCancelled, &engine.ConstraintError{Generated: len(resp.Tokens), Err: err})
+		}
 		tm.GeneratedTokens++
 		if (t == TokenIMEnd || t == TokenEndOfText) && !req.IgnoreEOG {
 			return finish(engine.FinishStop, nil)
@@ -272,13 +327,20 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 			piece = string([]byte{byte(t)})
 		}
 		visible, stopped := stream.Push(piece)
+		tok := engine.Token{ID: t, Text: visible}
+		if lp, ok := sampler.Logprobs(); ok {
+			resp.Logprobs = append(resp.Logprobs, lp)
+			tok.Logprobs = &resp.Logprobs[len(resp.Logprobs)-1]
+		}
 		if emit != nil {
-			if err := emit(engine.Token{ID: t, Text: visible}); err != nil {
+			if err := emit(tok); err != nil {
 				return finish(engine.FinishCancelled, err)
 			}
 		}
 		switch {
 		case stopped:
+			return finish(engine.FinishStop, nil)
+		case matcher != nil && matcher.Done(): // only an end-of-generation token could follow
 			return finish(engine.FinishStop, nil)
 		case req.MaxTokens > 0 && len(resp.Tokens) >= req.MaxTokens:
 			return finish(engine.FinishLength, nil)
@@ -288,6 +350,20 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 		kv = append(kv, t)
 	}
 }
+
+// fakeVocabulary describes the fake's tokens to constraints: bytes, then
+// <|im_start|> (control: no visible piece) and the two end-of-generation
+// tokens.
+var fakeVocabulary = sync.OnceValue(func() *engine.Vocabulary {
+	toks := make([]engine.VocabToken, FakeVocabSize)
+	for b := range 256 {
+		toks[b] = engine.VocabToken{Piece: string([]byte{byte(b)}), Text: string([]byte{byte(b)})}
+	}
+	for _, s := range specials {
+		toks[s.id] = engine.VocabToken{Text: s.text, EOG: s.id != TokenIMStart}
+	}
+	return engine.NewVocabulary(toks)
+})
 
 func (f *Fake) setSlot(i int, kv []int32) {
 	f.mu.Lock()

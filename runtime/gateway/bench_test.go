@@ -27,7 +27,7 @@ func BenchmarkOverhead(b *testing.B) {
 		_, _ = w.Write(answer)
 	}))
 	defer rep.Close()
-	g, err := New(Options{APIKeys: []string{"bench-key-123"}})
+	g, err := New(Options{APIKeys: []string{"bench-key-123"}, RateLimit: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

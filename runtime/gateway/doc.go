@@ -20,8 +20,15 @@
 // EjectBase, doubling per consecutive ejection up to EjectMax. After the ejection a fresh health probe must
 // succeed before it serves again, and one more failure ejects it again at once.
 //
-// The gateway serves /v1/* (proxied), GET /v1/models (the union of the models the live replicas list),
-// GET /health (200 while at least one replica is live, with summed slots so gateways can be stacked) and
-// GET /metrics (Prometheus text: gateway totals and per-replica gauges, counters and latency histograms).
-// Client API keys are Bearer tokens compared in constant time; several may be valid at once.
+// The gateway serves /v1/* (proxied), GET /v1/models (the union of the models the live replicas list, each
+// as id, object, created and owned_by only), GET /health (200 while at least one replica is live, with summed
+// slots so gateways can be stacked) and GET /metrics (Prometheus text: gateway totals and per-replica gauges,
+// counters and latency histograms). Client API keys are Bearer tokens compared in constant time; several may
+// be valid at once.
+//
+// It faces strangers: request bodies grow with the bytes that arrive (never from Content-Length) within
+// MaxBodyBytes and a budget shared by all requests (BodyBudget); every client (API key, or address when there
+// are no keys, IPv6 by /64) has a token bucket (RateLimit, RateBurst; 429 with Retry-After), kept in a
+// bounded LRU (MaxClients); Serve adds internal/httpx's header, body, idle and per-write timeouts, header size
+// cap and connection cap.
 package gateway

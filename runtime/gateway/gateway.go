@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +51,22 @@ type Options struct {
 	MaxAttempts int
 	// MaxBodyBytes bounds request bodies, which are buffered for replay (default 16 MiB).
 	MaxBodyBytes int64
+	// BodyBudget bounds the request bodies buffered at once over all requests (default 256 MiB); a request
+	// that would exceed it gets 429.
+	BodyBudget int64
+	// RateLimit is how many requests per second one client may send, sustained: a token bucket per API key,
+	// or per client address (IPv6: per /64) when the gateway has no keys. 0 means DefaultRateLimit; negative
+	// switches rate limiting off. Requests over the limit get 429 with Retry-After.
+	RateLimit float64
+	// RateBurst is the bucket size, the requests a client may send at once after a pause (default
+	// DefaultRateBurst, at least 1).
+	RateBurst int
+	// MaxClients bounds the clients whose buckets are kept (default 10,000): the least recently seen is
+	// forgotten first, so rotating addresses cannot exhaust memory.
+	MaxClients int
+	// HTTP holds the connection-level limits Serve applies (header, body, idle and per-write timeouts, header
+	// size, connection cap); zero fields take httpx's defaults.
+	HTTP httpx.ServerOptions
 	// MaxBufferedResponse is how much of a non-streaming response is held back so that a replica failing
 	// mid-body can still be retried (default 1 MiB); larger responses are streamed after that point.
 	MaxBufferedResponse int64
@@ -99,6 +114,18 @@ func (o *Options) defaults() {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
+	if o.BodyBudget <= 0 {
+		o.BodyBudget = 256 << 20
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit = DefaultRateLimit
+	}
+	if o.RateBurst <= 0 {
+		o.RateBurst = DefaultRateBurst
+	}
+	if o.MaxClients <= 0 {
+		o.MaxClients = 10_000
+	}
 	if o.MaxBufferedResponse <= 0 {
 		o.MaxBufferedResponse = 1 << 20
 	}
@@ -120,7 +147,9 @@ func (o *Options) defaults() {
 // replicas with SetReplicas (at any time, from any goroutine) and release it with Close.
 type Gateway struct {
 	o       Options
-	keys    [][32]byte
+	keys    *httpx.Keys
+	limiter *limiter // nil when rate limiting is off
+	budget  *httpx.Budget
 	rt      http.RoundTripper
 	ownRT   *http.Transport
 	health  *http.Client
@@ -136,12 +165,14 @@ type Gateway struct {
 // New returns a Gateway without replicas.
 func New(o Options) (*Gateway, error) {
 	o.defaults()
-	g := &Gateway{o: o, m: newMetrics()}
-	for i, k := range o.APIKeys {
-		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
-			return nil, fmt.Errorf("gateway: API key %d is empty or has surrounding spaces", i)
-		}
-		g.keys = append(g.keys, sha256.Sum256([]byte(k)))
+	g := &Gateway{o: o, m: newMetrics(), budget: httpx.NewBudget(o.BodyBudget)}
+	keys, err := httpx.NewKeys(o.APIKeys...)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.keys = keys
+	if o.RateLimit > 0 {
+		g.limiter = newLimiter(o.RateLimit, o.RateBurst, o.MaxClients, time.Now)
 	}
 	g.rt = o.Transport
 	if g.rt == nil {
@@ -159,9 +190,7 @@ func New(o Options) (*Gateway, error) {
 	mux.HandleFunc("GET /v1/models", g.serveModels)
 	mux.HandleFunc("GET /v1/models/{id...}", g.serveModel)
 	mux.HandleFunc("/v1/", g.proxy)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
-	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { httpx.Reject(w, r, httpx.NotFound(r)) })
 	g.handler = g.wrap(mux)
 	return g, nil
 }
@@ -169,12 +198,14 @@ func New(o Options) (*Gateway, error) {
 func newTransport() *http.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 nil, // replicas are addressed directly, never through HTTP_PROXY
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
+		Proxy:               nil, // replicas are addressed directly, never through HTTP_PROXY
+		DialContext:         d.DialContext,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		// Below the replicas' own idle timeout (phonellm serve: 60 s), so the gateway drops an idle connection
+		// before the replica does and never sends a request into one being closed.
+		IdleConnTimeout:       30 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		// Bodies pass through as the replica sent them; the client's Accept-Encoding is forwarded.
@@ -185,7 +216,7 @@ func newTransport() *http.Transport {
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
 
-// wrap adds client authentication and request metrics.
+// wrap adds client authentication, rate limiting and request metrics.
 func (g *Gateway) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -193,34 +224,44 @@ func (g *Gateway) wrap(next http.Handler) http.Handler {
 			w.Header()[k] = v
 		}
 		sw := &httpx.StatusWriter{ResponseWriter: w}
+		open := r.URL.Path == "/health" || r.URL.Path == "/v1/health"
 		defer func() {
-			if r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/v1/health" {
+			if !open && r.URL.Path != "/metrics" {
 				g.m.request(sw.Code, time.Since(start))
 			}
 		}()
-		if len(g.keys) > 0 && r.URL.Path != "/health" && r.URL.Path != "/v1/health" && !g.authorized(r) {
-			writeError(sw, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
-				"Incorrect or missing API key: send Authorization: Bearer <key>.")
+		if open {
+			next.ServeHTTP(sw, r)
 			return
+		}
+		client := ""
+		if g.keys.Enabled() {
+			i := g.keys.Match(r)
+			if i < 0 {
+				httpx.Reject(sw, r, httpx.Unauthorized())
+				return
+			}
+			client = "key " + strconv.Itoa(i)
+		} else {
+			client = "address " + clientAddress(r)
+		}
+		if r.URL.Path != "/metrics" && g.limiter != nil {
+			if ok, wait := g.limiter.allow(client); !ok {
+				g.m.rateLimited()
+				what := "API key"
+				if !g.keys.Enabled() {
+					what = "client address"
+				}
+				e := httpx.NewError(http.StatusTooManyRequests, httpx.TypeRateLimit, "rate_limited", "",
+					"Rate limit reached for this %s: %s requests per second (bursts of %d); retry after %s s.",
+					what, strconv.FormatFloat(g.o.RateLimit, 'g', -1, 64), g.o.RateBurst, httpx.RetryAfterSeconds(wait))
+				e.RetryAfter = wait
+				httpx.Reject(sw, r, e)
+				return
+			}
 		}
 		next.ServeHTTP(sw, r)
 	})
-}
-
-// authorized compares the bearer token's hash with every key's in constant time: neither which key matched
-// nor the keys' lengths leak through timing.
-func (g *Gateway) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	ok := 0
-	for i := range g.keys {
-		ok |= subtle.ConstantTimeCompare(got[:], g.keys[i][:])
-	}
-	return ok == 1
 }
 
 // SetReplicas replaces the replica set. Replicas are matched by URL: a kept replica keeps its state
@@ -338,22 +379,15 @@ func (g *Gateway) Close() error {
 	return nil
 }
 
-// Serve serves the gateway on ln until ctx ends, then shuts down, giving requests in flight up to 10 s.
+// Serve serves the gateway on ln until ctx ends, then shuts down, giving requests in flight
+// Options.HTTP.ShutdownTimeout (10 s by default). Connections get the limits of Options.HTTP: header, body,
+// idle and per-write timeouts, a header size cap and a cap on open connections.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("gateway: serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
+	o := g.o.HTTP
+	if o.ErrorLog == nil {
+		o.ErrorLog = slog.NewLogLogger(g.o.Logger.Handler(), slog.LevelWarn) // net/http's own complaints
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := httpx.Serve(ctx, ln, g, o); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("gateway: serve %s: %w", ln.Addr(), err)
 	}
 	return nil

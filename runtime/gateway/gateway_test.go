@@ -294,8 +294,8 @@ func TestParsers(t *testing.T) {
 	if got := metricSlots([]byte(m)); got != 4 {
 		t.Errorf("metricSlots = %d", got)
 	}
-	ms := parseModels([]byte(`{"data":[{"id":"a"},{"id":""},{"x":1},{"id":"b","owned_by":"me"}]}`))
-	if len(ms) != 2 || ms[0].id != "a" || ms[1].id != "b" || !strings.Contains(string(ms[1].raw), "owned_by") {
+	ms := parseModels([]byte(`{"data":[{"id":"a"},{"id":""},{"x":1},{"id":"b","owned_by":"me","meta":{"path":"/home/x.gguf"}}]}`))
+	if len(ms) != 2 || ms[0].id != "a" || ms[1].id != "b" || ms[1].ownedBy != "me" {
 		t.Errorf("parseModels = %+v", ms)
 	}
 	if ms := parseModels([]byte(`[`)); ms == nil || len(ms) != 0 {

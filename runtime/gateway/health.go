@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/phonellm/phonellm/internal/httpx"
 )
 
 // Bounds on what a replica may send back to a probe.
@@ -137,8 +140,8 @@ func metricSlots(b []byte) int {
 	return 0
 }
 
-// parseModels reads an OpenAI model list, keeping each object as sent. It returns an empty (non-nil) list
-// for an unreadable answer, so the replica still counts as having been asked.
+// parseModels reads an OpenAI model list, keeping each model's id, created and owned_by. It returns an empty
+// (non-nil) list for an unreadable answer, so the replica still counts as having been asked.
 func parseModels(b []byte) []modelEntry {
 	var l struct {
 		Data []json.RawMessage `json:"data"`
@@ -152,14 +155,31 @@ func parseModels(b []byte) []modelEntry {
 			break
 		}
 		var m struct {
-			ID string `json:"id"`
+			ID      string `json:"id"`
+			Created int64  `json:"created"`
+			OwnedBy string `json:"owned_by"`
 		}
-		if json.Unmarshal(raw, &m) != nil || m.ID == "" || len(m.ID) > 256 {
+		if json.Unmarshal(raw, &m) != nil || m.ID == "" || len(m.ID) > 256 || !utf8.ValidString(m.ID) {
 			continue
 		}
-		out = append(out, modelEntry{id: m.ID, raw: raw})
+		if len(m.OwnedBy) > 256 || !utf8.ValidString(m.OwnedBy) {
+			m.OwnedBy = ""
+		}
+		out = append(out, modelEntry{id: m.ID, created: m.Created, ownedBy: m.OwnedBy})
 	}
 	return out
+}
+
+// modelObject is OpenAI's model object, as the gateway lists it.
+type modelObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (m modelEntry) object() modelObject {
+	return modelObject{ID: m.id, Object: "model", Created: m.created, OwnedBy: m.ownedBy}
 }
 
 // serveHealth answers 200 while at least one replica is live, 503 otherwise, with the summed capacity.
@@ -179,9 +199,9 @@ func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) {
 // serveModels lists the models of the live replicas.
 func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 	ms := g.liveModels()
-	data := make([]json.RawMessage, 0, len(ms))
+	data := make([]modelObject, 0, len(ms))
 	for _, m := range ms {
-		data = append(data, m.raw)
+		data = append(data, m.object())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
@@ -192,9 +212,10 @@ func (g *Gateway) serveModel(w http.ResponseWriter, r *http.Request) {
 	for _, m := range g.liveModels() {
 		if m.id == id {
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(append(append([]byte{}, m.raw...), '\n'))
+			_ = json.NewEncoder(w).Encode(m.object())
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model %q does not exist.", id))
+	httpx.WriteError(w, httpx.NewError(http.StatusNotFound, httpx.TypeInvalidRequest, "model_not_found", "model",
+		"The model %q does not exist.", httpx.CapText(id, 256)))
 }

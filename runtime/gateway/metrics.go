@@ -9,43 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/httpx"
 )
 
 // latencyBuckets (seconds) span a loopback round trip to a 7k-token prefill on a phone.
 var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
-
-type histogram struct {
-	counts []uint64 // per bucket, not cumulative
-	sum    float64
-	n      uint64
-}
-
-func (h *histogram) observe(v float64) {
-	if h.counts == nil {
-		h.counts = make([]uint64, len(latencyBuckets))
-	}
-	h.n++
-	h.sum += v
-	if i, _ := slices.BinarySearch(latencyBuckets, v); i < len(latencyBuckets) {
-		h.counts[i]++
-	}
-}
-
-func (h *histogram) write(b *strings.Builder, name, labels string) {
-	var cum uint64
-	for i, le := range latencyBuckets {
-		if h.counts != nil {
-			cum += h.counts[i]
-		}
-		fmt.Fprintf(b, "%s_bucket{%sle=\"%s\"} %d\n", name, labels, strconv.FormatFloat(le, 'g', -1, 64), cum)
-	}
-	fmt.Fprintf(b, "%s_bucket{%sle=\"+Inf\"} %d\n", name, labels, h.n)
-	trim := strings.TrimSuffix(labels, ",")
-	if trim != "" {
-		trim = "{" + trim + "}"
-	}
-	fmt.Fprintf(b, "%s_sum%s %s\n%s_count%s %d\n", name, trim, strconv.FormatFloat(h.sum, 'g', -1, 64), name, trim, h.n)
-}
 
 // replicaStats are per-replica counters, guarded by pool.mu.
 type replicaStats struct {
@@ -54,22 +23,27 @@ type replicaStats struct {
 	ejections    uint64
 	probesOK     uint64
 	probesFailed uint64
-	ttfb         histogram
+	ttfb         httpx.Histogram
 }
 
-func newReplicaStats() replicaStats { return replicaStats{requests: map[int]uint64{}} }
+func newReplicaStats() replicaStats {
+	return replicaStats{requests: map[int]uint64{}, ttfb: httpx.Histogram{Bounds: latencyBuckets}}
+}
 
 // metrics are the gateway-wide counters.
 type metrics struct {
 	start    time.Time
 	mu       sync.Mutex
 	requests map[int]uint64
-	latency  histogram
+	latency  httpx.Histogram
 	retries  uint64
 	rejected uint64
+	limited  uint64
 }
 
-func newMetrics() *metrics { return &metrics{start: time.Now(), requests: map[int]uint64{}} }
+func newMetrics() *metrics {
+	return &metrics{start: time.Now(), requests: map[int]uint64{}, latency: httpx.Histogram{Bounds: latencyBuckets}}
+}
 
 func (m *metrics) request(code int, d time.Duration) {
 	if code == 0 {
@@ -77,7 +51,7 @@ func (m *metrics) request(code int, d time.Duration) {
 	}
 	m.mu.Lock()
 	m.requests[code]++
-	m.latency.observe(d.Seconds())
+	m.latency.Observe(d.Seconds())
 	m.mu.Unlock()
 }
 
@@ -93,16 +67,17 @@ func (m *metrics) reject() {
 	m.mu.Unlock()
 }
 
-// labelValue escapes a Prometheus label value (text format 0.0.4: backslash, double quote, newline).
-func labelValue(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+func (m *metrics) rateLimited() {
+	m.mu.Lock()
+	m.limited++
+	m.mu.Unlock()
 }
+
+func replicaLabel(r *replica) string { return httpx.Label("replica", r.conf().Name) }
 
 func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
+	family := func(name, typ, help string) { httpx.WriteFamily(&b, name, typ, help) }
 	m := g.m
 	m.mu.Lock()
 	family("phonellm_gateway_requests_total", "counter", "Client requests by status code (499: client left first).")
@@ -115,11 +90,13 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&b, "phonellm_gateway_requests_total{code=\"%d\"} %d\n", c, m.requests[c])
 	}
 	family("phonellm_gateway_request_duration_seconds", "histogram", "Client request latency, queueing and retries included.")
-	m.latency.write(&b, "phonellm_gateway_request_duration_seconds", "")
+	m.latency.Write(&b, "phonellm_gateway_request_duration_seconds", "")
 	family("phonellm_gateway_retries_total", "counter", "Attempts after the first, on another replica.")
 	fmt.Fprintf(&b, "phonellm_gateway_retries_total %d\n", m.retries)
 	family("phonellm_gateway_rejected_total", "counter", "Requests answered 429 because every slot stayed busy.")
 	fmt.Fprintf(&b, "phonellm_gateway_rejected_total %d\n", m.rejected)
+	family("phonellm_gateway_rate_limited_total", "counter", "Requests answered 429 because their client exceeded its rate limit.")
+	fmt.Fprintf(&b, "phonellm_gateway_rate_limited_total %d\n", m.limited)
 	m.mu.Unlock()
 
 	now := time.Now()
@@ -147,7 +124,7 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, gg := range gauges {
 		family(gg.name, "gauge", gg.help)
 		for _, rep := range p.reps {
-			fmt.Fprintf(&b, "%s{replica=\"%s\"} %s\n", gg.name, labelValue(rep.conf().Name), strconv.FormatFloat(gg.val(rep), 'g', -1, 64))
+			fmt.Fprintf(&b, "%s{%s} %s\n", gg.name, replicaLabel(rep), httpx.FormatFloat(gg.val(rep)))
 		}
 	}
 	family("phonellm_gateway_replica_requests_total", "counter", "Attempts by replica and upstream status (code=\"error\": no answer).")
@@ -162,7 +139,7 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 			if c == 0 {
 				cs = "error"
 			}
-			fmt.Fprintf(&b, "phonellm_gateway_replica_requests_total{replica=\"%s\",code=\"%s\"} %d\n", labelValue(rep.conf().Name), cs, rep.stats.requests[c])
+			fmt.Fprintf(&b, "phonellm_gateway_replica_requests_total{%s,%s} %d\n", replicaLabel(rep), httpx.Label("code", cs), rep.stats.requests[c])
 		}
 	}
 	counters := []struct {
@@ -175,18 +152,18 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, c := range counters {
 		family(c.name, "counter", c.help)
 		for _, rep := range p.reps {
-			fmt.Fprintf(&b, "%s{replica=\"%s\"} %d\n", c.name, labelValue(rep.conf().Name), c.val(&rep.stats))
+			fmt.Fprintf(&b, "%s{%s} %d\n", c.name, replicaLabel(rep), c.val(&rep.stats))
 		}
 	}
 	family("phonellm_gateway_replica_probes_total", "counter", "Health probes by result.")
 	for _, rep := range p.reps {
-		n := labelValue(rep.conf().Name)
-		fmt.Fprintf(&b, "phonellm_gateway_replica_probes_total{replica=\"%s\",result=\"ok\"} %d\n", n, rep.stats.probesOK)
-		fmt.Fprintf(&b, "phonellm_gateway_replica_probes_total{replica=\"%s\",result=\"failed\"} %d\n", n, rep.stats.probesFailed)
+		n := replicaLabel(rep)
+		fmt.Fprintf(&b, "phonellm_gateway_replica_probes_total{%s,result=\"ok\"} %d\n", n, rep.stats.probesOK)
+		fmt.Fprintf(&b, "phonellm_gateway_replica_probes_total{%s,result=\"failed\"} %d\n", n, rep.stats.probesFailed)
 	}
 	family("phonellm_gateway_replica_time_to_first_byte_seconds", "histogram", "Time from sending a request to the replica's response headers.")
 	for _, rep := range p.reps {
-		rep.stats.ttfb.write(&b, "phonellm_gateway_replica_time_to_first_byte_seconds", fmt.Sprintf("replica=\"%s\",", labelValue(rep.conf().Name)))
+		rep.stats.ttfb.Write(&b, "phonellm_gateway_replica_time_to_first_byte_seconds", replicaLabel(rep))
 	}
 	p.mu.Unlock()
 	family("phonellm_gateway_uptime_seconds", "gauge", "Seconds since the gateway started.")

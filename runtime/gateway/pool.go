@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"slices"
@@ -32,9 +31,12 @@ type replica struct {
 	stats        replicaStats
 }
 
+// modelEntry is one model a replica lists. Only OpenAI's fields are kept: whatever else a replica says
+// about itself (file paths, settings) is not the gateway's to publish.
 type modelEntry struct {
-	id  string
-	raw json.RawMessage
+	id      string
+	created int64
+	ownedBy string
 }
 
 func (r *replica) conf() *Replica { return r.cfg.Load() }
@@ -265,7 +267,7 @@ func (p *pool) release(r *replica, o outcome, detail string, code int, ttfb time
 		r.stats.requests[code]++
 	}
 	if ttfb > 0 {
-		r.stats.ttfb.observe(ttfb.Seconds())
+		r.stats.ttfb.Observe(ttfb.Seconds())
 	}
 	switch o {
 	case outSuccess:

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/httpx"
 )
 
 var errResponseTimeout = errors.New("no response headers within the response timeout")
@@ -38,16 +40,13 @@ const (
 )
 
 func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(r, g.o.MaxBodyBytes)
+	// The body is buffered so attempts can replay it: it grows with the bytes that arrive (never from the
+	// declared Content-Length) and counts against the gateway-wide body budget until the request is done.
+	body, release, err := httpx.ReadBody(r, g.o.MaxBodyBytes, g.budget)
+	defer release()
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "body_too_large",
-				fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
-			return
-		}
-		if r.Context().Err() == nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "bad_body", "could not read the request body")
+		if !httpx.ClientGone(r, err) {
+			httpx.Reject(w, r, httpx.BodyError(err, g.o.HTTP.WithDefaults().ReadTimeout))
 		}
 		return
 	}
@@ -89,8 +88,8 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Details (addresses, errors) go to the log and /metrics, not to clients.
-	writeError(w, http.StatusBadGateway, "server_error", "upstream_failed",
-		fmt.Sprintf("No replica answered after %d attempts.", g.o.MaxAttempts))
+	httpx.WriteError(w, httpx.NewError(http.StatusBadGateway, httpx.TypeServer, "upstream_failed", "",
+		"No replica answered after %d attempts.", g.o.MaxAttempts))
 }
 
 // refuse answers a request that got no slot.
@@ -98,15 +97,16 @@ func (g *Gateway) refuse(w http.ResponseWriter, err error) {
 	live, _, _, _, _ := g.pool.capacity(time.Now())
 	switch {
 	case errors.Is(err, errClosed):
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "The gateway is shutting down.")
+		httpx.WriteError(w, httpx.NewError(http.StatusServiceUnavailable, httpx.TypeServer, "shutting_down", "", "The gateway is shutting down."))
 	case live == 0:
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "server_error", "no_replica", "No replica is available; retry later.")
+		e := httpx.NewError(http.StatusServiceUnavailable, httpx.TypeServer, "no_replica", "", "No replica is available; retry later.")
+		e.RetryAfter = 5 * time.Second
+		httpx.WriteError(w, e)
 	default:
 		g.m.reject()
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, "rate_limit_error", "queue_full",
-			fmt.Sprintf("All replica slots are busy (%v); retry later.", err))
+		e := httpx.NewError(http.StatusTooManyRequests, httpx.TypeRateLimit, "queue_full", "", "All replica slots are busy (%v); retry later.", err)
+		e.RetryAfter = time.Second
+		httpx.WriteError(w, e)
 	}
 }
 
@@ -251,8 +251,8 @@ func (g *Gateway) stream(w http.ResponseWriter, resp *http.Response) (outcome, s
 			detail := "stream broke: " + rerr.Error()
 			if tail == [2]byte{'\n', '\n'} {
 				// Between events: end with an OpenAI-shaped error event that clients surface.
-				b, _ := json.Marshal(errorBody("server_error", "upstream_failed",
-					"The replica serving this stream failed; the answer is incomplete."))
+				b, _ := json.Marshal(httpx.ErrorBody(httpx.NewError(http.StatusBadGateway, httpx.TypeServer, "upstream_failed", "",
+					"The replica serving this stream failed; the answer is incomplete.")))
 				_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
 				_ = rc.Flush()
 				return outFailure, detail
@@ -319,22 +319,6 @@ func isEventStream(h http.Header) bool {
 	return err == nil && mt == "text/event-stream"
 }
 
-// readBody buffers the request body (at most limit bytes) so attempts can replay it.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(nil, r.Body, limit))
-	return buf.Bytes(), err
-}
-
 // requestModel returns the "model" field of a JSON body, or "".
 func requestModel(body []byte) string {
 	var m struct {
@@ -355,24 +339,6 @@ func writeHeld(w http.ResponseWriter, h *held) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(h.body)))
 	w.WriteHeader(h.code)
 	_, _ = w.Write(h.body)
-}
-
-type apiError struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
-func errorBody(typ, code, msg string) map[string]apiError {
-	return map[string]apiError{"error": {Message: msg, Type: typ, Code: code}}
-}
-
-// writeError writes OpenAI's error shape.
-func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(errorBody(typ, code, msg))
 }
 
 // unwrapURLError drops net/url's "Post \"http://...\":" prefix, which would repeat the URL in every message.

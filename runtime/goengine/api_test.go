@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +18,9 @@ import (
 
 // TestServedOverHTTP runs the OpenAI API over the real engine: parallel
 // clients all succeed with the same greedy answers as alone, and a client
-// that disconnects mid-stream frees its slot within 100 ms.
+// that disconnects mid-stream frees its slot (long before its answer, which
+// runs to the 4096-token context, would have ended; no wall-clock threshold,
+// so a loaded machine does not fail it).
 func TestServedOverHTTP(t *testing.T) {
 	e := load(t, tinySpec{arch: "qwen3", seed: 61}, Options{Parallel: 2, ContextLength: 4096})
 	s := api.New(api.Options{QueueSize: 8})
@@ -59,6 +63,23 @@ func TestServedOverHTTP(t *testing.T) {
 		}
 	}
 
+	generated := func() int {
+		r, err := http.Get(ts.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "phonellm_generated_tokens_total "); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		t.Fatal("no phonellm_generated_tokens_total")
+		return 0
+	}
+	before := generated()
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := chat(ctx, "stream forever", `,"stream":true`)
 	if err != nil {
@@ -95,7 +116,9 @@ func TestServedOverHTTP(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Fatalf("slot freed %v after disconnect, want <= 100 ms", d)
+	t.Logf("the abandoned stream generated %d tokens", generated()-before)
+	// The slot came back because the disconnect stopped the stream, not because it ended.
+	if n := generated() - before; n >= 2048 {
+		t.Fatalf("the abandoned stream ran %d tokens: the disconnect did not stop it", n)
 	}
 }

@@ -104,6 +104,9 @@ type Engine struct {
 
 	packed   *repack.Packed // repack buffer of the weights, freed after the backend
 	repacked repack.Stats
+
+	vocabOnce sync.Once
+	constrain *engine.Vocabulary // for constraints: see vocabulary
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -355,6 +358,21 @@ func (e *Engine) setupVocab() {
 			e.eog[id] = true
 		}
 	}
+}
+
+// vocabulary describes the tokens to constraints (built on the first
+// constrained request): each token's piece is exactly what piece emits, so
+// a grammar sees the text the client gets.
+func (e *Engine) vocabulary() *engine.Vocabulary {
+	e.vocabOnce.Do(func() {
+		toks := make([]engine.VocabToken, e.tk.Len())
+		for i := range toks {
+			id := int32(i)
+			toks[i] = engine.VocabToken{Piece: e.piece(id), Text: e.tk.Token(id), EOG: e.eog[id]}
+		}
+		e.constrain = engine.NewVocabulary(toks)
+	})
+	return e.constrain
 }
 
 func (e *Engine) tokenText(ids []int32) string {

@@ -2,6 +2,7 @@ package goengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -34,6 +35,7 @@ type sequence struct {
 	req     engine.Request
 	prompt  []int32
 	sampler *engine.Sampler
+	matcher engine.Matcher // req.Constraint's, or nil
 	stream  *engine.TextStream
 
 	// Loop-owned state.
@@ -42,6 +44,7 @@ type sequence struct {
 	cuts      []int   // slot lengths at which a prompt chunk must end (recurrent cache)
 	history   []int32 // prompt and generated tokens, for the penalties
 	generated []int32
+	logprobs  []engine.StepLogprobs // per generated token, when requested
 	admitted  time.Time
 	firstOut  time.Time
 	timings   engine.Timings
@@ -74,12 +77,12 @@ func (s *sequence) wake() {
 
 // Generate implements engine.Engine.
 func (e *Engine) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
-	if err := req.Sampling.Validate(); err != nil {
-		return engine.Response{}, fmt.Errorf("goengine: sampling: %w", err)
+	sampler, matcher, err := engine.RequestSampler(req, e.vocabulary)
+	if err != nil {
+		return engine.Response{}, fmt.Errorf("goengine: %w", err)
 	}
 	prompt := req.Tokens
 	if prompt == nil {
-		var err error
 		if prompt, err = e.Tokenize(ctx, req.Prompt, req.AddSpecial); err != nil {
 			return engine.Response{}, err
 		}
@@ -97,7 +100,8 @@ func (e *Engine) Generate(ctx context.Context, req engine.Request, emit func(eng
 	}
 	s := &sequence{
 		req: req, prompt: prompt,
-		sampler:  engine.NewSampler(req.Sampling),
+		sampler:  sampler,
+		matcher:  matcher,
 		stream:   engine.NewTextStream(req.Stop),
 		notify:   make(chan struct{}, 1),
 		enqueued: time.Now(),
@@ -152,7 +156,7 @@ func (e *Engine) Generate(ctx context.Context, req engine.Request, emit func(eng
 			break
 		}
 	}
-	resp := engine.Response{Text: s.stream.Text(), Tokens: s.generated, FinishReason: s.reason, Timings: s.timings}
+	resp := engine.Response{Text: s.stream.Text(), Tokens: s.generated, FinishReason: s.reason, Timings: s.timings, Logprobs: s.logprobs}
 	switch {
 	case emitErr != nil:
 		resp.FinishReason = engine.FinishCancelled
@@ -451,7 +455,23 @@ func (e *Engine) step() {
 
 // sampleNext samples the next token of s and decides whether s goes on.
 func (e *Engine) sampleNext(s *sequence, logits []float32) {
-	t := s.sampler.Sample(logits, s.history)
+	if s.matcher != nil && s.matcher.Done() { // complete before any token (an empty choice)
+		e.finish(s, engine.FinishStop, nil)
+		return
+	}
+	t, err := s.sampler.Sample(logits, s.history)
+	if err != nil && errors.Is(err, engine.ErrNonFiniteLogits) {
+		// Non-finite logits: end this request with the error and forget what its slot cached (the state
+		// that produced them must not seed another prompt); the other slots go on.
+		_ = e.cache.Remove(s.slot.id, 0, math.MaxInt32)
+		s.slot.tokens = nil
+		e.finish(s, engine.FinishCancelled, fmt.Errorf("goengine: %w", err))
+		return
+	}
+	if err != nil {
+		e.finish(s, engine.FinishCancelled, &engine.ConstraintError{Generated: len(s.generated), Err: err})
+		return
+	}
 	s.timings.GeneratedTokens++
 	s.timings.GenerateDuration = time.Since(s.firstOut)
 	if e.eog[t] && !s.req.IgnoreEOG {
@@ -461,9 +481,16 @@ func (e *Engine) sampleNext(s *sequence, logits []float32) {
 	s.generated = append(s.generated, t)
 	s.history = append(s.history, t)
 	visible, stopped := s.stream.Push(e.piece(t))
-	s.push(engine.Token{ID: t, Text: visible})
+	tok := engine.Token{ID: t, Text: visible}
+	if lp, ok := s.sampler.Logprobs(); ok {
+		s.logprobs = append(s.logprobs, lp)
+		tok.Logprobs = &s.logprobs[len(s.logprobs)-1]
+	}
+	s.push(tok)
 	switch {
 	case stopped:
+		e.finish(s, engine.FinishStop, nil)
+	case s.matcher != nil && s.matcher.Done(): // only an end-of-generation token could follow
 		e.finish(s, engine.FinishStop, nil)
 	case s.req.MaxTokens > 0 && len(s.generated) >= s.req.MaxTokens:
 		e.finish(s, engine.FinishLength, nil)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
@@ -210,8 +211,16 @@ type completionChunk struct {
 	} `json:"timings"`
 }
 
+// errUnsupportedConstraint refuses constrained decoding and logprob records, which this client does not pass to
+// llama-server.
+var errUnsupportedConstraint = pipeline.InputError(errors.New("llamaserver: constrained output and logprobs are not supported with --engine llama-server"))
+
 // Generate implements engine.Engine over a streaming POST /completion.
 func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
+	if req.Constraint != nil || req.Logprobs != nil {
+		// Not mapped to llama-server's grammar/n_probs fields yet: refuse rather than answer unconstrained.
+		return engine.Response{}, errUnsupportedConstraint
+	}
 	if err := req.Sampling.Validate(); err != nil {
 		return engine.Response{}, fmt.Errorf("llamaserver: sampling: %w", err)
 	}

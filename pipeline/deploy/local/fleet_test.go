@@ -267,6 +267,11 @@ func TestDeployErrors(t *testing.T) {
 	if _, err := f.Deploy(ctx, spec); err == nil || !strings.Contains(err.Error(), "PHONELLM_TEST_UNSET_KEY") {
 		t.Errorf("unset key variable: %v", err)
 	}
+	t.Setenv("PHONELLM_TEST_PADDED_KEY", "key\n") // serve would refuse it: the replicas would never start
+	spec.APIKeyEnv = "PHONELLM_TEST_PADDED_KEY"
+	if _, err := f.Deploy(ctx, spec); err == nil || !strings.Contains(err.Error(), "PHONELLM_TEST_PADDED_KEY") {
+		t.Errorf("whitespace-padded key variable: %v", err)
+	}
 	// A supervisor that cannot start is reported with its log, and the record says failed.
 	bad, _ := New(Options{Store: f.o.Store, Supervisor: func(string, string) ([]string, error) {
 		return []string{"/bin/sh", "-c", "echo supervisor exploded >&2; exit 3"}, nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/httpx"
 	"github.com/phonellm/phonellm/pipeline/deploy"
 )
 
@@ -133,11 +134,15 @@ func lockPath(store *deploy.Store, id string) string {
 	return filepath.Join(runDir(store, id), "supervisor.lock")
 }
 
-// keyPresent fails when the spec names an API-key variable that is unset: replicas started without it would
-// serve without authentication.
+// keyPresent fails when the spec names an API-key variable that cannot be used (unset, empty, or padded with
+// whitespace): replicas started without it would serve without authentication, and serve itself refuses
+// such a variable (httpx.APIKeyFromEnv, the check both use), so they would not even start.
 func keyPresent(spec deploy.Spec) error {
-	if spec.APIKeyEnv != "" && os.Getenv(spec.APIKeyEnv) == "" {
-		return fmt.Errorf("local: the API key variable %s is not set in this environment (replicas would accept any request)", spec.APIKeyEnv)
+	if spec.APIKeyEnv == "" {
+		return nil
+	}
+	if _, err := httpx.APIKeyFromEnv(spec.APIKeyEnv); err != nil {
+		return fmt.Errorf("local: %w", err)
 	}
 	return nil
 }

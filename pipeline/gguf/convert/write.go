@@ -30,7 +30,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	}
 	defer m.Close()
 	if len(m.Dropped) > 0 {
-		rep.Note(pipeline.Info, fmt.Sprintf("convert: skipped %d checkpoint tensors (vision tower, MTP block, rotary caches); see Model.Dropped", len(m.Dropped)))
+		rep.Note(pipeline.Info, fmt.Sprintf("convert: skipped %d checkpoint tensors (vision tower, MTP block, rotary caches)", len(m.Dropped)))
 	}
 	out := o.outPath(m.OutType)
 	art, err := m.WriteFile(ctx, out, rep)

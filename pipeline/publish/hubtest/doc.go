@@ -13,6 +13,9 @@
 // X-Linked-Size; storage honours Range.
 //
 // Faults (429, 5xx, hangs, dropped connections before or after the request
-// took effect, expired signatures, truncated or Range-ignoring downloads) can
-// be injected at any step with Hub.Inject.
+// took effect, expired signatures, truncated or Range-ignoring downloads,
+// redirects to another origin) can be injected at any step with Hub.Inject.
+// AltURL serves the same API on a second port, a second origin for those
+// redirects; every logged Request says which host and port it reached and
+// whether it carried Authorization.
 package hubtest

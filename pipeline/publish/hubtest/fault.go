@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -64,12 +65,18 @@ const (
 	// holds the connection open without sending more until the client gives
 	// up (or Config.HangMax).
 	FaultStall
+	// FaultRedirect answers Status (default 307, which keeps the method and
+	// the body) with Location: Fault.Location + the request's path and query,
+	// doing nothing itself. Location may be another origin (Hub.AltURL, or a
+	// host name the client resolves to it) to test that credentials do not
+	// follow, or the Hub's own URL.
+	FaultRedirect
 )
 
 var faultNames = map[FaultKind]string{
 	FaultStatus: "status", FaultRateLimit: "ratelimit", FaultHang: "hang", FaultDrop: "drop",
 	FaultDropAfter: "drop-after", FaultExpired: "expired", FaultTruncate: "truncate",
-	FaultIgnoreRange: "ignore-range", FaultCorrupt: "corrupt", FaultStall: "stall",
+	FaultIgnoreRange: "ignore-range", FaultCorrupt: "corrupt", FaultStall: "stall", FaultRedirect: "redirect",
 }
 
 func (k FaultKind) String() string {
@@ -85,7 +92,8 @@ type Fault struct {
 	Kind FaultKind
 	// Part selects part PUTs: 0 any part, n > 0 part n, -1 the last part.
 	Part       int
-	Status     int           // for FaultStatus (default 503)
+	Status     int           // for FaultStatus (default 503) and FaultRedirect (default 307)
+	Location   string        // for FaultRedirect: the base URL redirected to
 	RetryAfter time.Duration // Retry-After / RateLimit t= to announce
 	Skip       int           // let this many matching requests pass first
 	Times      int           // fire this many times (0 means 1; -1 forever)
@@ -187,6 +195,13 @@ func (h *Hub) applyFault(f *Fault, w http.ResponseWriter, r *http.Request, handl
 		panic(http.ErrAbortHandler)
 	case FaultExpired:
 		s3Error(w, http.StatusForbidden, "AccessDenied", "Request has expired")
+	case FaultRedirect:
+		st := f.Status
+		if st == 0 {
+			st = http.StatusTemporaryRedirect
+		}
+		w.Header().Set("Location", strings.TrimRight(f.Location, "/")+r.URL.RequestURI())
+		w.WriteHeader(st)
 	default:
 		return false
 	}

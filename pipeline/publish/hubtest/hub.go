@@ -45,21 +45,29 @@ type Config struct {
 	URLExpiry          time.Duration // presigned URL lifetime (1 h)
 	MaxCommitBytes     int64         // NDJSON body cap (64 MiB)
 	HangMax            time.Duration // how long FaultHang holds a request at most (30 s)
+	// APIHost and StorageHost are the host names of URL and AltURL, and of StorageURL (defaults
+	// "127.0.0.1" and "localhost": different hosts). Tests of credential leaks set names that their client
+	// resolves to loopback itself (hub.test, cdn.hub.test): storage on another port of the API's host, or
+	// on a subdomain of it. The servers listen on 127.0.0.1 whatever the names.
+	APIHost, StorageHost string
 	// OnRequest, if set, is called after every request with its outcome.
 	OnRequest func(Request)
 }
 
 // Hub is a running fake: an API host (URL) and a storage host (StorageURL)
-// whose host names differ.
+// whose host names differ. AltURL serves the same API on another port, a
+// second origin for redirects (see FaultRedirect).
 type Hub struct {
 	URL        string
 	StorageURL string
+	AltURL     string
 
 	cfg    Config
 	dir    string
 	secret []byte
 	api    *httptest.Server
 	store  *httptest.Server
+	alt    *httptest.Server
 
 	mu          sync.Mutex
 	repos       map[string]*repo
@@ -78,6 +86,8 @@ type Hub struct {
 type Request struct {
 	Op     Op
 	Method string
+	Host   string // the Host the client sent: which origin it thought it was talking to
+	Port   string // the port of the listener that served it (URL's, AltURL's or StorageURL's)
 	Path   string
 	Auth   bool   // an Authorization header was present
 	Status int    // 0 when the connection was dropped
@@ -123,6 +133,12 @@ func New(dir string, cfg Config) (*Hub, error) {
 	if cfg.HangMax <= 0 {
 		cfg.HangMax = 30 * time.Second
 	}
+	if cfg.APIHost == "" {
+		cfg.APIHost = "127.0.0.1"
+	}
+	if cfg.StorageHost == "" {
+		cfg.StorageHost = "localhost"
+	}
 	for _, sub := range []string{"objects", "uploads", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
@@ -141,21 +157,29 @@ func New(dir string, cfg Config) (*Hub, error) {
 	h.store = httptest.NewUnstartedServer(http.HandlerFunc(h.serveStorage))
 	h.store.Config.ErrorLog = quiet
 	h.store.Start()
-	h.URL = h.api.URL
-	_, port, _ := net.SplitHostPort(h.store.Listener.Addr().String())
-	// A different host name than the API's 127.0.0.1, so clients following
-	// the resolve redirect drop Authorization (net/http and fetch both do).
-	h.StorageURL = "http://localhost:" + port
+	h.alt = httptest.NewUnstartedServer(http.HandlerFunc(h.serveAPI))
+	h.alt.Config.ErrorLog = quiet
+	h.alt.Start()
+	named := func(s *httptest.Server, host string) string {
+		_, port, _ := net.SplitHostPort(s.Listener.Addr().String())
+		return "http://" + net.JoinHostPort(host, port)
+	}
+	h.URL = named(h.api, cfg.APIHost)
+	h.AltURL = named(h.alt, cfg.APIHost)
+	// By default a different host name than the API's 127.0.0.1, so clients
+	// following the resolve redirect drop Authorization (net/http and fetch
+	// both do).
+	h.StorageURL = named(h.store, cfg.StorageHost)
 	return h, nil
 }
 
-// Close stops both servers.
+// Close stops the servers.
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() { close(h.done) })
-	h.api.CloseClientConnections()
-	h.store.CloseClientConnections()
-	h.api.Close()
-	h.store.Close()
+	for _, s := range []*httptest.Server{h.api, h.store, h.alt} {
+		s.CloseClientConnections()
+		s.Close()
+	}
 }
 
 // Token returns the accepted bearer token.

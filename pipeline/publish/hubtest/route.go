@@ -2,6 +2,7 @@ package hubtest
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,7 +36,10 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request, rt route) {
 	w.Header().Set("Access-Control-Expose-Headers", "X-Repo-Commit,X-Request-Id,X-Error-Code,X-Error-Message,X-Total-Count,ETag,Link,Accept-Ranges,Content-Range,X-Linked-Size,X-Linked-ETag,X-Xet-Hash")
 	w.Header().Set("X-Request-Id", "Root="+randomID())
 	sw := &statusWriter{ResponseWriter: w}
-	rec := Request{Op: rt.op, Method: r.Method, Path: r.URL.Path, Auth: r.Header.Get("Authorization") != "", Oid: rt.oid, Part: rt.part}
+	rec := Request{Op: rt.op, Method: r.Method, Host: r.Host, Path: r.URL.Path, Auth: r.Header.Get("Authorization") != "", Oid: rt.oid, Part: rt.part}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		_, rec.Port, _ = net.SplitHostPort(a.String())
+	}
 	defer func() {
 		p := recover()
 		if p == nil {
