@@ -22,14 +22,11 @@ import (
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
-// Metadata keys phonellm adds to an automatic mix (llama.cpp ignores them).
+// Metadata keys of the mix (defined in package quantize, which reads them back).
 const (
-	// KeyTensorTypes is the mix as --tensor-type rules (an array of "REGEX=TYPE" strings, first match wins).
-	KeyTensorTypes = "phonellm.quantize.tensor_types"
-	// KeyTarget says what the mix was chosen for ("size 478000000", "bpw 4.5", "max-kld 0.05", "fit 16gb").
-	KeyTarget = "phonellm.quantize.target"
-	// KeyPredictedKLD is the mix's predicted mean KLD against the unquantized model.
-	KeyPredictedKLD = "phonellm.quantize.predicted_kld"
+	KeyTensorTypes  = quantize.KeyTensorTypes
+	KeyTarget       = quantize.KeyTarget
+	KeyPredictedKLD = quantize.KeyPredictedKLD
 )
 
 // Target is what the mix must meet; exactly one field is set.
