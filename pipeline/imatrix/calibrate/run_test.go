@@ -254,3 +254,29 @@ func TestChatData(t *testing.T) {
 		t.Fatalf("short data: %v", err)
 	}
 }
+
+// TestMeasureOverhead: the benchmark harness alternates plain and collecting passes and reports both.
+func TestMeasureOverhead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a tiny model")
+	}
+	m, err := engineLoader(context.Background(), tinyQwen3(t), 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	toks := make([]int32, 200)
+	for i := range toks {
+		toks[i] = int32(i*37%600 + 1)
+	}
+	o, err := MeasureOverhead(context.Background(), m, toks, 64, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Tokens != 192 || len(o.PlainSeconds) != 2 || len(o.CollectCPU) != 2 || o.Ratio <= 0 {
+		t.Fatalf("%+v", o)
+	}
+	if cpuSeconds() <= 0 {
+		t.Error("no process CPU time on this system")
+	}
+}
