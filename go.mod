@@ -3,7 +3,6 @@ module github.com/phonellm/phonellm
 go 1.26.8
 
 require (
-	github.com/ardanlabs/jinja v1.8.0
 	github.com/charmbracelet/lipgloss v1.1.0
 	github.com/dlclark/regexp2 v1.11.4
 	github.com/ollama/ollama v0.24.0

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the tests and the demo need on a fresh Debian 12 machine (as root), idempotently:
-#   - Debian packages: nodejs + npm (test oracles, phone-bundle tests), qemu-user (arm64 kernel tests)
-#   - npm test oracles, pinned: node-llama-cpp (upstream llama.cpp), @huggingface/hub (Hub conformance)
+#   - Debian packages: nodejs + npm (test oracles, phone-bundle tests), python3-jinja2 (chat-template oracle),
+#     qemu-user (arm64 kernel tests)
+#   - npm test oracles, pinned: node-llama-cpp (upstream llama.cpp), @huggingface/hub (Hub conformance),
+#     @huggingface/jinja (chat templates)
 #   - Go modules (go mod download)
 # Nothing here is downloaded at test run time; tests only use what this script installed.
 set -euo pipefail
@@ -12,6 +14,8 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 need_apt=()
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# Python's jinja2 is the reference the chat-template engine (internal/jinja) is tested against.
+{ python3 -c 'import jinja2' || /usr/bin/python3 -c 'import jinja2'; } >/dev/null 2>&1 || need_apt+=(python3-jinja2)
 if [ "${PHONELLM_SKIP_QEMU:-}" = "" ] && [ "$(uname -m)" = x86_64 ] &&
 	! command -v qemu-aarch64 >/dev/null 2>&1 && ! command -v qemu-aarch64-static >/dev/null 2>&1; then
 	need_apt+=(qemu-user)

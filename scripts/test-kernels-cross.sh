@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the bit-exact kernel tests (ggml goldens, fast-vs-reference cross
-# tests, round trips, FMA canary) for pipeline/quantize/kquant and
-# internal/half in three builds:
+# Runs the bit-exact kernel tests (both ggml golden sets, with and without
+# an importance matrix; fast-vs-reference cross tests; the output digest of
+# every kernel on adversarial inputs; round trips; FMA canary) for
+# pipeline/quantize/kquant and internal/half in three builds:
 #   - GOAMD64=v1            (amd64 baseline: Go never fuses a*b+c here)
 #   - GOAMD64=v3            (Go fuses a*b+c into VFMADD unless prevented)
 #   - GOARCH=arm64 on qemu  (Go fuses a*b+c into FMADD unless prevented)

@@ -12,6 +12,7 @@ import (
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -40,6 +41,7 @@ type inspectResult struct {
 	DTypes       map[string]int  `json:"dtypes"`
 	TotalBytes   int64           `json:"total_bytes"`
 	Parameters   int64           `json:"parameters"`
+	chatTemplate string          // tokenizer.chat_template, checked for a warning
 }
 
 func newInspectCmd(a *app) *cobra.Command {
@@ -52,6 +54,9 @@ func newInspectCmd(a *app) *cobra.Command {
 			res, err := inspect(args[0])
 			if err != nil {
 				return err
+			}
+			if err := engine.CheckChatTemplate(res.chatTemplate); err != nil {
+				a.io.Warnf("%s: requests will fail: %v", res.Path, err)
 			}
 			return a.io.Result(res, func(w io.Writer) { printInspect(w, res, showTensors || a.io.Verbose) })
 		},
@@ -82,6 +87,7 @@ func inspectGGUF(path string) (*inspectResult, error) {
 	if ft, ok := f.Uint("general.file_type"); ok {
 		res.FileType = gguf.FileType(ft).String()
 	}
+	res.chatTemplate = f.String("tokenizer.chat_template")
 	for _, kv := range f.KVs {
 		v := kv.Value.V
 		if arr, ok := v.(gguf.Array); ok {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/phonellm/phonellm/internal/tokenizer"
+	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
 
@@ -256,6 +258,13 @@ func TestTemplateErrors(t *testing.T) {
 	tctx, cancel := context.WithTimeoutCause(ctx, time.Nanosecond, errRequestTimeout)
 	defer cancel()
 	<-tctx.Done()
+	// The engine's own limit error is the one the chat handler sees.
+	if e := templateError(ctx, &engine.TemplateLimitError{Err: errors.New("jinja: loop iterations: more than 1000000")}); e.Status != 500 || *e.Code != "template_limit" {
+		t.Fatalf("engine.TemplateLimitError: %+v", e)
+	}
+	if e := templateError(ctx, &engine.TemplateRenderError{Err: errors.New("roles must alternate")}); e.Status != 400 {
+		t.Fatalf("engine.TemplateRenderError: %+v", e)
+	}
 	if e := templateError(tctx, context.DeadlineExceeded); e.Status != 504 {
 		t.Errorf("timeout: %+v", e)
 	}

@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/phonellm/phonellm/internal/jinja"
 )
 
 // Engine runs one loaded model. All methods are safe for concurrent use;
@@ -58,20 +61,71 @@ type ModelInfo struct {
 	RepackedTensors int `json:"repacked_tensors,omitempty"`
 }
 
-// Message is one chat message.
+// Message is one chat message, in OpenAI's chat-completions shape (its JSON
+// form is OpenAI's, see message.go). A chat template sees it as the mapping
+// transformers and llama-server pass: role and content always, the other
+// keys only when set.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is the message's text. When Parts is not nil the content is
+	// that list of parts instead (OpenAI's array form) and Content is unused.
+	Content string        `json:"-"`
+	Parts   []ContentPart `json:"-"`
+	// ReasoningContent is the reasoning of an earlier assistant turn, which
+	// thinking models' templates (Qwen3, Qwen3.5, DeepSeek-R1) read.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+	// ToolCalls are the function calls an assistant turn made.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID is the call a tool message answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool's name on a tool message (or the author's name).
+	Name string `json:"name,omitempty"`
+}
+
+// ContentPart is one part of a message's content in OpenAI's array form.
+// Chat templates render text parts; other types are for the API to refuse.
+type ContentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// ToolCall is one function call of an assistant message.
+type ToolCall struct {
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type"` // "function"
+	Function ToolCallFunction `json:"function"`
+}
+
+// ToolCallFunction names the function called and its arguments.
+type ToolCallFunction struct {
+	Name string `json:"name"`
+	// Arguments is the JSON text of the arguments, as OpenAI sends it. A chat
+	// template sees a JSON object as a mapping (the form Qwen's, Llama's and
+	// most templates iterate over), anything else as this string.
+	Arguments string `json:"arguments"`
 }
 
 // TemplateOptions are the variables a chat template may read besides the
-// messages.
+// messages, and the limits of the render.
 type TemplateOptions struct {
 	// AddGenerationPrompt appends the assistant turn header.
 	AddGenerationPrompt bool
 	// EnableThinking, when not nil, is passed as the template's
 	// enable_thinking variable (Qwen3 / Qwen3.5 templates read it).
 	EnableThinking *bool
+	// Tools are OpenAI tool definitions ({"type": "function", "function":
+	// {...}}), passed to the template as tools (nil: the template sees None,
+	// as transformers passes it without tools). Each is kept as its JSON text
+	// so that a template printing it (tools|tojson) prints the client's key
+	// order, as transformers does; Go maps would lose it.
+	Tools []json.RawMessage
+	// Extra are further template variables (OpenAI's chat_template_kwargs),
+	// converted with jinja.FromGo (a json.RawMessage keeps its key order).
+	// They override EnableThinking and the special tokens; they may not set
+	// messages, tools, documents or add_generation_prompt.
+	Extra map[string]any
+	// Limits bound the render; nil means jinja.DefaultLimits.
+	Limits *jinja.Limits
 }
 
 // FinishReason tells why generation ended. The values are OpenAI's.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -203,7 +204,7 @@ func TestChatTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ct.Render(msgs, TemplateOptions{AddGenerationPrompt: true})
+	got, err := ct.Render(context.Background(), msgs, TemplateOptions{AddGenerationPrompt: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestChatTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := false
-	got, err = q.Render(msgs, TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
+	got, err = q.Render(context.Background(), msgs, TemplateOptions{AddGenerationPrompt: true, EnableThinking: &off})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestChatTemplate(t *testing.T) {
 	if _, err := NewChatTemplate("{% for x in %}", "", ""); err == nil {
 		t.Fatal("broken template compiled")
 	}
-	if _, err := q.Render(nil, TemplateOptions{}); err == nil {
+	if _, err := q.Render(context.Background(), nil, TemplateOptions{}); err == nil {
 		t.Fatal("rendered no messages")
 	}
 }

@@ -182,7 +182,7 @@ func (f *Fake) ApplyChatTemplate(ctx context.Context, messages []engine.Message,
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	return f.tmpl.Render(messages, opts)
+	return f.tmpl.Render(ctx, messages, opts)
 }
 
 // Close implements engine.Engine.

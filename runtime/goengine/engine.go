@@ -429,7 +429,7 @@ func (e *Engine) piece(t int32) string {
 
 // ApplyChatTemplate implements engine.Engine.
 func (e *Engine) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
-	return e.tmpl.Render(messages, opts)
+	return e.tmpl.Render(ctx, messages, opts)
 }
 
 // Close implements engine.Engine: it fails queued and running requests

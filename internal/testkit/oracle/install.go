@@ -32,23 +32,31 @@ const scriptRel = "testdata/js/oracle"
 // Dir returns the set-up cache directory: $PHONELLM_ORACLE_DIR, else ~/.cache/phonellm/oracle (home.OracleDir).
 func Dir() string { return home.OracleDir() }
 
-// scriptDir finds testdata/js/oracle: first by walking up from the working directory to the module root
-// (go test runs in the package directory), then next to this source file.
+// ModuleRoot is the directory holding go.mod above the working directory (go test runs in the package
+// directory), or "" when there is none.
+func ModuleRoot() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+// scriptDir finds testdata/js/oracle: first under the module root, then next to this source file.
 func scriptDir() (string, error) {
 	var tried []string
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-				cand := filepath.Join(d, scriptRel)
-				tried = append(tried, cand)
-				if fileExists(filepath.Join(cand, "oracle.mjs")) {
-					return cand, nil
-				}
-				break
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
+	if root := ModuleRoot(); root != "" {
+		cand := filepath.Join(root, scriptRel)
+		tried = append(tried, cand)
+		if fileExists(filepath.Join(cand, "oracle.mjs")) {
+			return cand, nil
 		}
 	}
 	if _, file, _, ok := runtime.Caller(0); ok {

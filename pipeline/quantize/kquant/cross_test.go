@@ -72,6 +72,9 @@ func TestFastMatchesReference(t *testing.T) {
 	}
 	for _, f := range Formats() {
 		ref := referenceKernels[f.Type]
+		if ref == nil { // requires an importance matrix: see fuzz_imatrix_test.go
+			continue
+		}
 		for it := 0; it < iters; it++ {
 			nb := 1 + 2*r.IntN(3) // 1, 3 or 5 blocks
 			off := r.IntN(7)

@@ -16,6 +16,9 @@ func TestFormatTable(t *testing.T) {
 		{"Q5_1", 7, 32, 24, 3072}, {"Q8_0", 8, 32, 34, 4352}, {"Q2_K", 10, 256, 84, 1344},
 		{"Q3_K", 11, 256, 110, 1760}, {"Q4_K", 12, 256, 144, 2304}, {"Q5_K", 13, 256, 176, 2816},
 		{"Q6_K", 14, 256, 210, 3360}, {"IQ4_NL", 20, 32, 18, 2304}, {"IQ4_XS", 23, 256, 136, 2176},
+		{"IQ2_XXS", 16, 256, 66, 1056}, {"IQ2_XS", 17, 256, 74, 1184}, {"IQ3_XXS", 18, 256, 98, 1568},
+		{"IQ1_S", 19, 256, 50, 800}, {"IQ3_S", 21, 256, 110, 1760}, {"IQ2_S", 22, 256, 82, 1312},
+		{"IQ1_M", 29, 256, 56, 896}, {"TQ1_0", 34, 256, 54, 864}, {"TQ2_0", 35, 256, 66, 1056},
 	}
 	if len(Formats()) != len(want) {
 		t.Fatalf("%d formats, want %d", len(Formats()), len(want))
@@ -35,7 +38,12 @@ func TestFormatTable(t *testing.T) {
 			t.Errorf("RowBytes(%s, %d) = %d, want -1", w.name, w.bs+1, got)
 		}
 	}
-	for _, id := range []uint32{0, 1, 9, 15, 16, 30, 39, 1000} {
+	for i, f := range Formats() {
+		if i > 0 && f.Type <= Formats()[i-1].Type {
+			t.Errorf("Formats() not in type-id order at %s", f.Name)
+		}
+	}
+	for _, id := range []uint32{0, 1, 9, 15, 24, 30, 36, 39, 1000} {
 		if _, ok := ForType(id); ok {
 			t.Errorf("ForType(%d) reported support", id)
 		}
