@@ -7,6 +7,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/imatrix"
+	"github.com/phonellm/phonellm/pipeline/quantize/kquant"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
@@ -110,11 +111,6 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// weighted is the imatrix entry point of a kquant Format (kquant.Format.QuantizeWeighted).
-type weighted interface {
-	QuantizeWeighted(dst []byte, src, imatrix []float32)
-}
-
 // encodeRows encodes j's rows (in src) into dst, rb bytes per row: with the tensor's importance values, every
 // expert's rows with that expert's slice of them (llama-quantize quantizes 3-D tensors expert by expert).
 func encodeRows(dst []byte, src []float32, j job, rb int64) error {
@@ -131,10 +127,6 @@ func encodeRows(dst []byte, src []float32, j job, rb int64) error {
 	if err != nil {
 		return err
 	}
-	wf, ok := any(f).(weighted)
-	if !ok {
-		return &plan.UnsupportedError{What: fmt.Sprintf("quantizing %s with an importance matrix", e.To)}
-	}
 	ne0 := int64(e.Shape[0])
 	perExpert := int64(1)
 	if len(e.Shape) > 1 {
@@ -144,8 +136,28 @@ func encodeRows(dst []byte, src []float32, j job, rb int64) error {
 		row := j.row0 + r
 		ex := row / perExpert
 		n := min(j.n-r, (ex+1)*perExpert-row) // rows left in this expert
-		wf.QuantizeWeighted(dst[r*rb:(r+n)*rb], src[r*ne0:(r+n)*ne0], j.imatrix[ex*ne0:(ex+1)*ne0])
+		f.QuantizeWeighted(dst[r*rb:(r+n)*rb], src[r*ne0:(r+n)*ne0], j.imatrix[ex*ne0:(ex+1)*ne0])
 		r += n
+	}
+	return nil
+}
+
+// checkKernelNeeds refuses a plan that gives a tensor a type ggml cannot quantize without importance values
+// (ggml_quantize_requires_imatrix: IQ2_XXS, IQ2_XS, IQ1_S, where ggml would abort) when that tensor has none:
+// a --token-embedding-type or --output-tensor-type of those types, which tensor_requires_imatrix does not
+// cover, or any tensor when there is no importance matrix at all.
+func checkKernelNeeds(qp plan.Plan, im *imatrix.Importance, fileType gguf.FileType) error {
+	for i := range qp.Entries {
+		e := &qp.Entries[i]
+		if !e.Convert() || !kquant.RequiresImatrix(uint32(e.To)) {
+			continue
+		}
+		if im == nil {
+			return &ImatrixRequiredError{FileType: fileType, Tensor: e.Name, Type: e.To}
+		}
+		if n, ok := im.Size(e.Name); !ok || int64(n) != imatrixLen(e) {
+			return &ImatrixMismatchError{File: im.File, Tensor: e.Name, NeededType: e.To}
+		}
 	}
 	return nil
 }

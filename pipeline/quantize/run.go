@@ -175,6 +175,9 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	if o.DryRun {
 		return res, nil
 	}
+	if err := checkKernelNeeds(qp, im, o.FileType); err != nil {
+		return res, err
+	}
 	byName := make(map[string]*SourceTensor, len(src.Tensors))
 	for i := range src.Tensors {
 		byName[src.Tensors[i].Name] = &src.Tensors[i]

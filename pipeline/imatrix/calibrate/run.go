@@ -285,7 +285,7 @@ func tokenize(ctx context.Context, o Options) (toks []int32, records int, bos in
 				msgs = []engine.Message{{Role: "user", Content: p.Text}}
 			}
 			gen := msgs[len(msgs)-1].Role != "assistant"
-			if text, err = tmpl.Render(msgs, engine.TemplateOptions{AddGenerationPrompt: gen}); err != nil {
+			if text, err = tmpl.Render(ctx, msgs, engine.TemplateOptions{AddGenerationPrompt: gen}); err != nil {
 				return nil, 0, bos, pipeline.InputError(fmt.Errorf("imatrix: %s record %d: chat template: %w", o.Data, i+1, err))
 			}
 			special = true
