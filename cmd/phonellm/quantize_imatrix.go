@@ -6,6 +6,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/imatrix"
+	"github.com/phonellm/phonellm/pipeline/imatrix/calibrate"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 )
@@ -38,7 +39,11 @@ func quantizeImatrix(a *app, ws *workspace.Workspace, fl quantizeFlags, inGGUF s
 	case fl.noImatrix || ws == nil:
 	case ws.Project.Imatrix != "" && inGGUF != "":
 		a.io.Printf("importance matrix from %s (phonellm.yaml imatrix:)\n", ws.Project.Imatrix)
-		_, out, err := runImatrixStage(a, ws, imatrixFlags{model: inGGUF, chunkSize: 512, saveEvery: 10})
+		fl := imatrixFlags{chunkSize: calibrate.DefaultChunkSize, saveEvery: calibrate.DefaultSaveEvery}
+		if own, _ := workspaceGGUF(ws); !samePath(own, inGGUF) {
+			fl.model = inGGUF // a one-off input: its importance matrix is a one-off too
+		}
+		_, out, err := runImatrixStage(a, ws, fl)
 		if err != nil {
 			return c, fmt.Errorf("imatrix stage: %w", err)
 		}
