@@ -14,6 +14,7 @@ import (
 	"github.com/phonellm/phonellm/internal/tinymodel"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/eval"
+	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/quantize"
@@ -151,6 +152,29 @@ func TestAutoEndToEnd(t *testing.T) {
 	if res2.Measured || res2.PredictedKLD > m.BaseKLD+0.5*(res.PredictedKLD-m.BaseKLD)+1e-12 {
 		t.Errorf("max-kld: measured again %v, predicted %g", res2.Measured, res2.PredictedKLD)
 	}
+	// A phone: the largest mix whose estimated memory fits a profile sized between the Q4_K_M and Q8_0 files.
+	q4f, _ := gguf.OpenFile(q4)
+	est, err := fit.Estimate(q4f, fit.Options{Ctx: 512})
+	q4f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	phone := fit.Profile{Name: "test", UsableBytes: est.Total + 300_000}
+	fitOut := filepath.Join(work, "fit.gguf")
+	rf, err := Run(context.Background(), Options{Measure: mo, Target: Target{Fit: &phone, FitOptions: fit.Options{Ctx: 512}}, Out: fitOut, Cache: cache}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff, _ := gguf.OpenFile(fitOut)
+	got, err := fit.Estimate(ff, fit.Options{Ctx: 512})
+	ff.Close()
+	if err != nil || got.Total > phone.UsableBytes || rf.Quantize.Artifacts[0].Size <= size {
+		t.Errorf("fit target: needs %d of %d (%v); file %d bytes, Q4_K_M %d", got.Total, phone.UsableBytes, err, rf.Quantize.Artifacts[0].Size, size)
+	}
+	if rf.Target != "fit test" || rf.Measured {
+		t.Errorf("fit result: target %q, measured again %v", rf.Target, rf.Measured)
+	}
+
 	// An impossible size is a failed check, not a crash.
 	if _, err := Run(context.Background(), Options{Measure: mo, Target: Target{Size: 1000}, DryRun: true, Cache: cache}, nil); err == nil || !pipeline.IsCheckFailed(err) {
 		t.Errorf("size 1000: %v", err)
