@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,8 +85,9 @@ func (m engineModel) Close() error { return m.e.Close() }
 //
 //	go test ./pipeline/quantize/auto -run '^$' -bench Quality -benchtime 1x -timeout 0
 //
-// Inputs and results are kept under $PHONELLM_HOME/bench/quality (delete it to start over); the results table
-// is printed at the end.
+// PHONELLM_THREADS sets the engine's threads (default all cores; 1 is faster on a machine other jobs load).
+// Inputs, measurements and results are kept under $PHONELLM_HOME/bench/quality/<model> (delete it to start
+// over); the results table is printed at the end and written to results.md there.
 func BenchmarkQuality(b *testing.B) {
 	ctx := context.Background()
 	spec := qualitySpec()
@@ -93,7 +95,7 @@ func BenchmarkQuality(b *testing.B) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	threads := 0
+	threads, _ := strconv.Atoi(os.Getenv("PHONELLM_THREADS")) // 0: all cores
 	load := func(ctx context.Context, path string) (eval.LogitModel, error) {
 		return goengine.Load(ctx, goengine.Options{Path: path, Threads: threads, ContextLength: 1024, BatchSize: 512})
 	}
@@ -164,19 +166,37 @@ func BenchmarkQuality(b *testing.B) {
 		extra string
 	}
 	var rows []row
+	// Measured KLDs are kept by file (name, size, modification time) in kld.json, so a rerun after an
+	// interruption or with a new file measures only what changed.
+	kldPath := filepath.Join(dir, "kld.json")
+	known := map[string]eval.DistResult{}
+	if raw, err := os.ReadFile(kldPath); err == nil {
+		json.Unmarshal(raw, &known)
+	}
 	measure := func(name, path, extra string) row {
-		done := step("KLD of " + name)
-		cand, err := load(ctx, path)
+		st, err := os.Stat(path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := eval.CompareDistributions(ctx, cache, cand, evalPrompts, eval.DistOptions{Window: 1024}, nil)
-		cand.Close()
-		if err != nil {
-			b.Fatal(err)
+		key := fmt.Sprintf("%s %d %d", filepath.Base(path), st.Size(), st.ModTime().UnixNano())
+		d, ok := known[key]
+		if !ok {
+			done := step("KLD of " + name)
+			cand, err := load(ctx, path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, err = eval.CompareDistributions(ctx, cache, cand, evalPrompts, eval.DistOptions{Window: 1024}, nil)
+			cand.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			done()
+			known[key] = d
+			if raw, err := json.MarshalIndent(known, "", " "); err == nil {
+				os.WriteFile(kldPath, raw, 0o644)
+			}
 		}
-		done()
-		st, _ := os.Stat(path)
 		f, _ := gguf.OpenFile(path)
 		var elems uint64
 		for _, t := range f.Tensors {
@@ -226,9 +246,6 @@ func BenchmarkQuality(b *testing.B) {
 	}
 	done()
 	au := measure("auto --size Q4_K_M", autoOut, fmt.Sprintf("predicted %.5f", ar.PredictedKLD))
-	for _, r := range ar.Rows {
-		b.Logf("  mix: %-24s %-6s %10d B  ΔKLD %.5f", r.Group, r.Type, r.Bytes, r.DeltaKLD)
-	}
 
 	var t strings.Builder
 	fmt.Fprintf(&t, "model %s, %d calibration prompts (%d chunks), %d evaluation prompts (%d positions); load %s\n\n",
@@ -238,7 +255,13 @@ func BenchmarkQuality(b *testing.B) {
 		fmt.Fprintf(&t, "| %s | %d | %.3f | %.5f | %.5f | %.2f %% | %+.1f %% | %s |\n", r.name, r.size, r.bpw, r.kld.MeanKLD, r.kld.P99KLD,
 			100*r.kld.Top1, 100*(r.kld.MeanKLD/plain.kld.MeanKLD-1), r.extra)
 	}
-	b.Log("\n" + t.String())
+	for _, r := range ar.Rows {
+		fmt.Fprintf(&t, "\nmix: %-24s %-6s %10d B  predicted ΔKLD %.5f", r.Group, r.Type, r.Bytes, r.DeltaKLD)
+	}
+	fmt.Println(t.String())
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(t.String()+"\n"), 0o644); err != nil {
+		b.Error(err)
+	}
 	if withIm.kld.MeanKLD > 0.8*plain.kld.MeanKLD {
 		b.Errorf("Q4_K_M with the imatrix: KLD %.5f, not 20 %% below %.5f", withIm.kld.MeanKLD, plain.kld.MeanKLD)
 	}
