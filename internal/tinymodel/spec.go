@@ -77,8 +77,9 @@ type Spec struct {
 	// OutlierChannels > 0 gives the activations outlier channels, as trained LLMs have (a few hidden
 	// dimensions carry values far larger than the rest, which is what makes importance-weighted
 	// quantization pay off): that many hidden dimensions, chosen from the seed, get OutlierScale times the
-	// gain in every hidden-size RMSNorm (input, post-attention and final norm), and the embedding's values in
-	// those columns are heavy-tailed (Student's t with 3 degrees of freedom, times OutlierScale).
+	// gain in every layer's input and post-attention RMSNorm (so the inputs of the projections have outlier
+	// columns), and the embedding's values in those columns are heavy-tailed (Student's t with 3 degrees of
+	// freedom at the embedding's scale). The final norm is left alone, so the logits keep their scale.
 	OutlierChannels int
 	OutlierScale    float64 // default 20 when OutlierChannels > 0
 

@@ -243,7 +243,7 @@ func (t tensorSpec) fill(r *rng, dst []float32, off int64) {
 			dst[i] = float32(math.Log(0.02 + 1.98*r.uniform()))
 		case cols > 0 && t.outliers[(off+int64(i))%cols]:
 			if t.heavy {
-				dst[i] = float32(t.std * t.scale * r.studentT3())
+				dst[i] = float32(t.std * r.studentT3())
 			} else { // the gain scaled, stored relative to the norm's centre
 				gain := t.mean - t.centre + t.std*r.normal()
 				dst[i] = float32(gain*t.scale + t.centre)
@@ -254,8 +254,11 @@ func (t tensorSpec) fill(r *rng, dst []float32, off int64) {
 	}
 }
 
-// markOutliers marks the outlier columns of the hidden-size norms and of the
-// embedding (Spec.OutlierChannels), which are the same dimensions everywhere.
+// markOutliers marks the outlier columns of the layers' hidden-size norms and
+// of the embedding (Spec.OutlierChannels), which are the same dimensions
+// everywhere. The final norm keeps ordinary gains, so the logits keep their
+// scale: the outliers live in what the layers' matrices multiply, as in
+// trained models.
 func (s Spec) markOutliers(ts []tensorSpec) {
 	if s.OutlierChannels == 0 {
 		return
@@ -275,8 +278,7 @@ func (s Spec) markOutliers(ts []tensorSpec) {
 	}
 	for i := range ts {
 		t := &ts[i]
-		hiddenNorm := len(t.shape) == 1 && t.shape[0] == int64(d) && (strings.HasSuffix(t.name, "layernorm.weight") ||
-			strings.HasSuffix(t.name, "language_model.norm.weight") || t.name == "model.norm.weight")
+		hiddenNorm := len(t.shape) == 1 && t.shape[0] == int64(d) && strings.HasSuffix(t.name, "layernorm.weight")
 		embed := strings.HasSuffix(t.name, "embed_tokens.weight")
 		if hiddenNorm || embed {
 			t.outliers, t.scale, t.centre, t.heavy = mark, s.OutlierScale, centre, embed
