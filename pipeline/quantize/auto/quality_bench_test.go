@@ -25,12 +25,17 @@ import (
 )
 
 // qualitySpec is the model of the quality benchmark: Qwen3-0.6B's shape (hidden 1024, 28 layers, 16/8 heads,
-// head_dim 128, ffn 3072, vocab 151936, tied embeddings) with eight outlier channels, as trained LLMs have.
+// head_dim 128, ffn 3072, vocab 151936, tied embeddings) with eight outlier channels, as trained LLMs have,
+// projections initialised at std 0.02 (0.03 for the MLP's gate and up), transformers' init range, and embedding
+// values at std 0.04: a random model then spreads its predictions (perplexity near the vocabulary's size) and
+// Q4_K_M costs a mean KLD of a few hundredths, the range of real models, instead of turning every small error
+// into a different confident prediction.
 // PHONELLM_QUALITY_SCALE=small takes a 6-layer, 512-wide model with the same outliers, for a quick look.
 func qualitySpec() tinymodel.Spec {
 	s := tinymodel.Qwen3BenchSpec()
 	s.Name, s.Seed = "qwen3-0.6b-outliers", 606
 	s.OutlierChannels, s.OutlierScale = 8, 20
+	s.WeightStd, s.MLPStd, s.EmbedStd = 0.02, 0.03, 0.04
 	if os.Getenv("PHONELLM_QUALITY_SCALE") == "small" {
 		s.Name = "qwen3-small-outliers"
 		s.HiddenSize, s.NumLayers, s.NumHeads, s.NumKVHeads, s.IntermediateSize, s.VocabSize = 512, 6, 8, 4, 1536, 4096
