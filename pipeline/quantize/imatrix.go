@@ -96,9 +96,17 @@ func checkImatrix(qp plan.Plan, im *imatrix.Importance, name string, rep pipelin
 			u.Used++
 		}
 	}
-	if len(u.Missing) > 0 {
+	// The embedding and the output head have no entry in a usual importance matrix (llama-imatrix collects
+	// only blk.* products unless --process-output): no warning for them.
+	var unexpected []string
+	for _, n := range u.Missing {
+		if n != "token_embd.weight" && n != "output.weight" {
+			unexpected = append(unexpected, n)
+		}
+	}
+	if len(unexpected) > 0 {
 		rep.Note(pipeline.Warn, fmt.Sprintf("%s has no importance data for %d of %d quantized tensors (%s); they are quantized without",
-			im.File, len(u.Missing), len(u.Missing)+u.Used, strings.Join(u.Missing[:min(3, len(u.Missing))], ", ")))
+			im.File, len(unexpected), len(u.Missing)+u.Used, strings.Join(unexpected[:min(3, len(unexpected))], ", ")))
 	}
 	return u, nil
 }
