@@ -88,10 +88,10 @@ func runImatrixStage(a *app, ws *workspace.Workspace, fl imatrixFlags) (calibrat
 			return calibrate.Result{}, "", usageError("no model: pass --model F16.gguf (in a workspace, run 'phonellm convert' first)")
 		}
 	}
-	data := fl.data
+	data, dataName := fl.data, fl.data
 	if ws != nil && ws.Project.Imatrix != "" {
 		if yml := ws.Path(ws.Project.Imatrix); data == "" {
-			data = yml
+			data, dataName = yml, ws.Project.Imatrix
 		} else {
 			explicit = explicit || !samePath(data, yml)
 		}
@@ -132,7 +132,7 @@ func runImatrixStage(a *app, ws *workspace.Workspace, fl imatrixFlags) (calibrat
 	if threads == 0 {
 		fmt.Sscan(getenv("PHONELLM_THREADS", "0"), &threads)
 	}
-	o := calibrate.Options{Model: model, Data: data, Out: out, Format: format, Chat: fl.chat, ParseSpecial: fl.special,
+	o := calibrate.Options{Model: model, Data: data, DataName: dataName, Out: out, Format: format, Chat: fl.chat, ParseSpecial: fl.special,
 		ChunkSize: fl.chunkSize, Chunks: fl.chunks, Batch: fl.batch, ProcessOutput: fl.output, SaveEvery: fl.saveEvery,
 		Resume: fl.resume, Load: engineLoader(threads)}
 	if fl.saveEvery == 0 {

@@ -57,7 +57,7 @@ func TestImatrixWorkspace(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Imatrix == nil || res.Imatrix.Used == 0 || !strings.HasSuffix(res.Imatrix.File, ".imatrix.gguf") || res.Imatrix.Dataset == "" {
+	if res.Imatrix == nil || res.Imatrix.Used == 0 || !strings.HasSuffix(res.Imatrix.File, ".imatrix.gguf") || res.Imatrix.Dataset != "prompts.jsonl" {
 		t.Fatalf("quantize did not use the workspace's importance matrix: %+v (stderr %s)", res.Imatrix, errOut)
 	}
 	f, err := gguf.OpenFile(res.Artifacts[0].Path)

@@ -150,7 +150,7 @@ func modelCard(a *app, ws *workspace.Workspace, repo string, files []string) (*p
 			card.Provenance.AdapterSHA256 = r.Inputs["adapter0"]
 		}
 		card.Quality = qualityRows(ws)
-		for _, st := range []string{"merge", "convert", "quantize"} {
+		for _, st := range []string{"merge", "convert", "imatrix", "quantize"} {
 			if r := ws.Latest(st); r != nil {
 				card.Provenance.Commands = append(card.Provenance.Commands, "phonellm "+st)
 			}

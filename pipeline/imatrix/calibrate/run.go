@@ -48,6 +48,10 @@ type Options struct {
 	// Data is the calibration data: a ".jsonl" file of prompts as eval reads them ({"text": …} or
 	// {"messages": […]}), or any other file as one plain text. Required.
 	Data string `json:"data"`
+	// DataName is the data set's name recorded in imatrix.datasets (and, by quantize, in the model's
+	// quantize.imatrix.dataset, which model cards show); default Data as given. A workspace passes the name
+	// phonellm.yaml uses, so no local folder ends up in a published file.
+	DataName string `json:"data_name,omitempty"`
 	// Out is the imatrix file to write. Required.
 	Out string `json:"out"`
 	// Format is the output format; default GGUF.
@@ -100,6 +104,13 @@ func (o Options) Validate() error {
 		return fmt.Errorf("imatrix: unknown format %q", o.Format)
 	}
 	return nil
+}
+
+func (o Options) dataName() string {
+	if o.DataName != "" {
+		return o.DataName
+	}
+	return o.Data
 }
 
 // Result is what a calibration run produced.
@@ -219,7 +230,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		rep.End(step, nil)
 	}
 
-	mat := col.Matrix([]string{o.Data}, n, o.ChunkSize, false)
+	mat := col.Matrix([]string{o.dataName()}, n, o.ChunkSize, false)
 	if len(mat.Entries) == 0 {
 		return res, errors.New("imatrix: the model computed no product with a weight that could be collected")
 	}
@@ -335,7 +346,7 @@ func runKey(o Options) (string, error) {
 
 // save writes the statistics of the first chunks chunks to path (atomically), with the run's key.
 func save(path string, col *imatrix.Collector, o Options, chunks int, key string) error {
-	m := col.Matrix([]string{o.Data}, chunks, o.ChunkSize, true)
+	m := col.Matrix([]string{o.dataName()}, chunks, o.ChunkSize, true)
 	m.Meta = map[string]string{resumeKey: key}
 	_, _, err := imatrix.WriteFile(path, m, imatrix.FormatGGUF)
 	return err
