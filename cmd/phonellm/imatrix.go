@@ -116,7 +116,7 @@ func runImatrixStage(a *app, ws *workspace.Workspace, fl imatrixFlags) (calibrat
 	if ws != nil {
 		outDir = ws.Root
 	}
-	def := filepath.Join(outDir, ggufName(model)+".imatrix.gguf")
+	def := filepath.Join(outDir, ggufName(a, model)+".imatrix.gguf")
 	out := fl.out
 	oneOff := explicit || oneOffOut(out, def)
 	if out == "" {

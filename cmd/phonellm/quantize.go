@@ -41,7 +41,8 @@ equal llama-quantize's for the same input, type and importance matrix.
 
 --imatrix FILE weights the quantization error by an importance matrix (phonellm imatrix, or llama-imatrix's
 GGUF or .dat files); the low-bit types iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs and q2_k_s
-need one. In a workspace, the workspace's importance matrix is used by default (computed first when
+need one. tq1_0 and tq2_0 (ternary) files load in llama.cpp, but the built-in engine (Ollama's) cannot serve
+them. In a workspace, the workspace's importance matrix is used by default (computed first when
 phonellm.yaml names calibration data under imatrix:); --no-imatrix quantizes without.
 'quantize auto' chooses a per-tensor mix for a size, a phone or a quality bound.
 
@@ -180,7 +181,7 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 			return err
 		}
 		inputs = []workspace.Input{gi}
-		name = ggufName(inGGUF)
+		name = ggufName(a, inGGUF)
 	} else {
 		in, err = resolveModelInput(a, fl.model, fl.loras)
 		if err != nil {
@@ -308,12 +309,19 @@ func workspaceGGUF(ws *workspace.Workspace) (string, string) {
 	return art.Path, "the workspace's convert output"
 }
 
-// ggufName is a GGUF's general.name, else its file name without .gguf: the stem of the default output name.
-func ggufName(path string) string {
+// ggufName is a GGUF's general.name when it is a plain file name, else the file's name without .gguf: the stem
+// of the default output name.
+func ggufName(a *app, path string) string {
 	if f, err := gguf.OpenFile(path); err == nil {
 		defer f.Close()
-		if n := f.String("general.name"); n != "" {
+		// general.name comes from whoever made the file: it names the output only when it is a plain name
+		// ("../../x" would put the output elsewhere).
+		n := f.String("general.name")
+		if quantize.OutputName(n) {
 			return n
+		}
+		if n != "" {
+			a.io.Warnf("general.name %q cannot name a file; the output is named after the input", n)
 		}
 	}
 	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))

@@ -176,7 +176,7 @@ func runQuantizeAuto(a *app, fl autoFlags) error {
 	if ws != nil {
 		outDir = ws.Root
 	}
-	def := filepath.Join(outDir, ggufName(ref)+"-auto.gguf")
+	def := filepath.Join(outDir, ggufName(a, ref)+"-auto.gguf")
 	out := fl.out
 	oneOff := fl.in != "" || oneOffOut(out, def)
 	if out == "" {

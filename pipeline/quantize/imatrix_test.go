@@ -30,6 +30,22 @@ func writeMoEModel(t testing.TB, path string, layers int, embd, ff, experts, voc
 	w.SetKV("qwen3moe.attention.head_count", gguf.Uint32(4))
 	w.SetKV("qwen3moe.attention.head_count_kv", gguf.Uint32(2))
 	w.SetKV("qwen3moe.expert_count", gguf.Uint32(uint32(experts)))
+	w.SetKV("qwen3moe.expert_used_count", gguf.Uint32(2))
+	w.SetKV("qwen3moe.context_length", gguf.Uint32(4096))
+	w.SetKV("qwen3moe.embedding_length", gguf.Uint32(uint32(embd)))
+	w.SetKV("qwen3moe.expert_feed_forward_length", gguf.Uint32(uint32(ff)))
+	w.SetKV("qwen3moe.rope.freq_base", gguf.Float32(1e6))
+	w.SetKV("qwen3moe.attention.layer_norm_rms_epsilon", gguf.Float32(1e-6))
+	w.SetKV("general.file_type", gguf.Uint32(1))
+	// A complete model (package modelcheck validates what quantize reads and writes): a vocabulary too.
+	tokens, types := make([]string, vocab), make([]int32, vocab)
+	for i := range tokens {
+		tokens[i], types[i] = fmt.Sprintf("t%d", i), 1
+	}
+	w.SetKV("tokenizer.ggml.model", gguf.String("gpt2"))
+	w.SetKV("tokenizer.ggml.tokens", gguf.Strings(tokens))
+	w.SetKV("tokenizer.ggml.token_type", gguf.Int32s(types))
+	w.SetKV("tokenizer.ggml.merges", gguf.Strings([]string{}))
 	type tdef struct {
 		name  string
 		typ   gguf.Type
@@ -45,6 +61,8 @@ func writeMoEModel(t testing.TB, path string, layers int, embd, ff, experts, voc
 			tdef{p + "attn_k.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
 			tdef{p + "attn_v.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
 			tdef{p + "attn_output.weight", gguf.TypeF16, []uint64{embd, embd}},
+			tdef{p + "attn_q_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
+			tdef{p + "attn_k_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
 			tdef{p + "ffn_norm.weight", gguf.TypeF32, []uint64{embd}},
 			tdef{p + "ffn_gate_inp.weight", gguf.TypeF32, []uint64{embd, experts}},
 			tdef{p + "ffn_gate_exps.weight", gguf.TypeF16, []uint64{embd, ff, experts}},
@@ -354,4 +372,29 @@ func (n *notes) has(s string) bool {
 		}
 	}
 	return false
+}
+
+// TestTernaryTypesWarnAboutServing: TQ1_0/TQ2_0 files are valid llama.cpp models, but Ollama's engine has no
+// ternary types, so quantize says so (and does not for the other types).
+func TestTernaryTypesWarnAboutServing(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "dense-F16.gguf")
+	writeF16Model(t, in, 1, 256, 512, 300)
+	for _, c := range []struct {
+		ft   gguf.FileType
+		warn bool
+	}{{gguf.FileTypeTQ1_0, true}, {gguf.FileTypeTQ2_0, true}, {gguf.FileTypeQ4_K_M, false}, {gguf.FileTypeIQ4_XS, false}} {
+		src, err := OpenGGUF(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := &notes{}
+		_, err = Run(context.Background(), Options{Source: src, FileType: c.ft, DryRun: true}, rep)
+		src.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", c.ft, err)
+		}
+		if got := rep.has("cannot serve them"); got != c.warn {
+			t.Errorf("%s: serving warning %v, want %v (notes %q)", c.ft, got, c.warn, rep.msgs)
+		}
+	}
 }
