@@ -89,7 +89,7 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 	f.BoolVar(&vs, "vs-llamacpp", false, "time upstream llama.cpp (node-llama-cpp, scripts/setup-oracle.sh) on the same file, threads and prompt, and report ratios")
 	f.IntVar(&vsPrompt, "vs-prompt", 512, "with --vs-llamacpp: prompt tokens")
 	f.IntVar(&vsGen, "vs-gen", 64, "with --vs-llamacpp: generated tokens")
-	cmd.AddCommand(newBenchQuantizeCmd(a))
+	cmd.AddCommand(newBenchQuantizeCmd(a), newBenchImatrixCmd(a))
 	return cmd
 }
 
@@ -128,6 +128,7 @@ type quantBenchRow struct {
 	InputMBps  float64 `json:"input_mb_per_s"`
 	PeakRSS    int64   `json:"peak_rss_bytes"`
 	OutBytes   int64   `json:"output_bytes"`
+	Imatrix    bool    `json:"imatrix,omitempty"`
 }
 
 type quantBenchResult struct {
@@ -136,7 +137,7 @@ type quantBenchResult struct {
 }
 
 func newBenchQuantizeCmd(a *app) *cobra.Command {
-	var in string
+	var in, imatrixFile string
 	var types []string
 	var threads []int
 	cmd := &cobra.Command{
@@ -173,23 +174,35 @@ llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/b
 					return usageError("%v", err)
 				}
 				for _, th := range threads {
-					out := filepath.Join(tmp, "out.gguf")
-					child, err := bench.RunChild(a.ctx, []string{exe, "quantize", t, "--in", in, "-o", out, "--threads", strconv.Itoa(th), "-q", "--json"},
-						append(os.Environ(), "PHONELLM_WORKSPACE="+tmp), a.io.Err)
-					if err != nil {
-						return fmt.Errorf("bench quantize %s (%d threads): %w", t, th, err)
+					// With --imatrix each type runs without and with it, alternating, for the memory comparison.
+					for _, im := range imatrixRuns(imatrixFile) {
+						out := filepath.Join(tmp, "out.gguf")
+						argv := []string{exe, "quantize", t, "--in", in, "-o", out, "--threads", strconv.Itoa(th), "-q", "--json"}
+						if im != "" {
+							argv = append(argv, "--imatrix", im)
+						} else {
+							argv = append(argv, "--no-imatrix")
+						}
+						child, err := bench.RunChild(a.ctx, argv, append(os.Environ(), "PHONELLM_WORKSPACE="+tmp), a.io.Err)
+						if err != nil {
+							return fmt.Errorf("bench quantize %s (%d threads): %w", t, th, err)
+						}
+						el := child.Seconds
+						var qr quantize.Result
+						json.Unmarshal(child.Stdout, &qr)
+						row := quantBenchRow{Type: strings.ToUpper(t), Threads: th, Seconds: el, InputBytes: st.Size(),
+							InputMBps: float64(st.Size()) / 1e6 / el, PeakRSS: child.PeakRSS, Imatrix: im != ""}
+						if len(qr.Artifacts) > 0 {
+							row.OutBytes = qr.Artifacts[0].Size
+						}
+						with := ""
+						if row.Imatrix {
+							with = " with imatrix"
+						}
+						a.io.Printf("%s%s, %d threads: %.1f s, %.1f MB/s, peak RSS %s\n", row.Type, with, th, el, row.InputMBps, ui.HumanBytes(row.PeakRSS))
+						res.Rows = append(res.Rows, row)
+						os.Remove(out)
 					}
-					el := child.Seconds
-					var qr quantize.Result
-					json.Unmarshal(child.Stdout, &qr)
-					row := quantBenchRow{Type: strings.ToUpper(t), Threads: th, Seconds: el, InputBytes: st.Size(),
-						InputMBps: float64(st.Size()) / 1e6 / el, PeakRSS: child.PeakRSS}
-					if len(qr.Artifacts) > 0 {
-						row.OutBytes = qr.Artifacts[0].Size
-					}
-					a.io.Printf("%s, %d threads: %.1f s, %.1f MB/s, peak RSS %s\n", row.Type, th, el, row.InputMBps, ui.HumanBytes(row.PeakRSS))
-					res.Rows = append(res.Rows, row)
-					os.Remove(out)
 				}
 			}
 			return a.io.Result(res, func(w io.Writer) {
@@ -197,7 +210,11 @@ llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/b
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "type\tthreads\tseconds\tinput MB/s\tpeak RSS\toutput")
 				for _, r := range res.Rows {
-					fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%s\t%s\n", r.Type, r.Threads, r.Seconds, r.InputMBps, ui.HumanBytes(r.PeakRSS), ui.HumanBytes(r.OutBytes))
+					typ := r.Type
+					if r.Imatrix {
+						typ += " +imatrix"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%s\t%s\n", typ, r.Threads, r.Seconds, r.InputMBps, ui.HumanBytes(r.PeakRSS), ui.HumanBytes(r.OutBytes))
 				}
 				tw.Flush()
 			})
@@ -206,7 +223,16 @@ llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/b
 	cmd.Flags().StringVar(&in, "in", "", "F16 GGUF to quantize (default: a generated Qwen3-0.6B-shaped one)")
 	cmd.Flags().StringSliceVar(&types, "types", []string{"q4_k_m", "q8_0", "q4_0"}, "quantization types")
 	cmd.Flags().IntSliceVar(&threads, "threads", []int{1, 2}, "thread counts")
+	cmd.Flags().StringVar(&imatrixFile, "imatrix", "", "also quantize with this importance matrix, alternating with plain runs")
 	return cmd
+}
+
+// imatrixRuns is the importance matrix of each run of one type: none, then the file when there is one.
+func imatrixRuns(file string) []string {
+	if file == "" {
+		return []string{""}
+	}
+	return []string{"", file}
 }
 
 // benchF16 returns the generated Qwen3-0.6B-shaped F16 GGUF used by the quantize benchmark, making it once.

@@ -153,6 +153,14 @@ func printEval(w io.Writer, r eval.Result) {
 		}
 		fmt.Fprintf(w, "  KLD mean %.6f  median %.6f  p99 %.6f  max %.6f\n", d.MeanKLD, d.MedianKLD, d.P99KLD, d.MaxKLD)
 		fmt.Fprintf(w, "  top-1 agreement %.2f %%, RMS Δp %.4f, perplexity %.3f → %.3f\n", 100*d.Top1, d.RMSDeltaTop, d.PPLReference, d.PPLCandidate)
+		if c := r.Candidate; c != nil {
+			if im := c.Imatrix; im != nil {
+				fmt.Fprintf(w, "  candidate %s, importance matrix %s (sha256 %s, dataset %s, %d chunks)\n", c.FileType, im.File, im.SHA256, im.Dataset, im.Chunks)
+			}
+			if m := c.Mix; m != nil {
+				fmt.Fprintf(w, "  automatic mix for %s: %d --tensor-type rules, predicted KLD %.6f (measured %.6f)\n", m.Target, len(m.Rules), m.PredictedKLD, d.MeanKLD)
+			}
+		}
 	}
 	for _, t := range []*eval.TaskResult{r.Task, r.Vs} {
 		if t == nil {

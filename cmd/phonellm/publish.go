@@ -19,6 +19,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/publish"
+	"github.com/phonellm/phonellm/pipeline/quantize"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
 )
@@ -149,7 +150,7 @@ func modelCard(a *app, ws *workspace.Workspace, repo string, files []string) (*p
 			card.Provenance.AdapterSHA256 = r.Inputs["adapter0"]
 		}
 		card.Quality = qualityRows(ws)
-		for _, st := range []string{"merge", "convert", "quantize"} {
+		for _, st := range []string{"merge", "convert", "imatrix", "quantize"} {
 			if r := ws.Latest(st); r != nil {
 				card.Provenance.Commands = append(card.Provenance.Commands, "phonellm "+st)
 			}
@@ -161,6 +162,16 @@ func modelCard(a *app, ws *workspace.Workspace, repo string, files []string) (*p
 			return nil, err
 		}
 		ft, _ := g.Uint("general.file_type")
+		if pv := quantize.ReadProvenance(g); pv.Imatrix != nil || pv.Mix != nil {
+			q := publish.QuantRow{File: filepath.Base(p)}
+			if im := pv.Imatrix; im != nil {
+				q.Imatrix, q.ImatrixSHA256, q.Dataset, q.Chunks = im.File, im.SHA256, im.Dataset, im.Chunks
+			}
+			if m := pv.Mix; m != nil {
+				q.Mix, q.MixRules, q.PredictedKLD = m.Target, len(m.Rules), m.PredictedKLD
+			}
+			card.Quantization = append(card.Quantization, q)
+		}
 		var elems uint64
 		for _, t := range g.Tensors {
 			elems += t.NumElements()

@@ -27,15 +27,24 @@ type quantizeFlags struct {
 	outputType, embdType  string
 	tensorTypes           []string
 	keepMTP, force        bool
+	imatrix               string
+	noImatrix             bool
 }
 
 func newQuantizeCmd(a *app) *cobra.Command {
 	var fl quantizeFlags
 	cmd := &cobra.Command{
 		Use:   "quantize [TYPE] [--in F16.gguf | --model DIR] [-o OUT.gguf]",
-		Short: "Quantize to GGUF (q4_k_m, q8_0, …) with llama-quantize's per-tensor types, bit for bit",
-		Long: `Quantize a model with the per-tensor type plan and the reference kernels of llama-quantize (no importance
-matrix): the output's tensor bytes equal llama-quantize's for the same input and type.
+		Short: "Quantize to GGUF (q4_k_m, q8_0, iq2_xxs, …) with llama-quantize's per-tensor types, bit for bit",
+		Long: `Quantize a model with the per-tensor type plan and the kernels of llama-quantize: the output's tensor bytes
+equal llama-quantize's for the same input, type and importance matrix.
+
+--imatrix FILE weights the quantization error by an importance matrix (phonellm imatrix, or llama-imatrix's
+GGUF or .dat files); the low-bit types iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs and q2_k_s
+need one. tq1_0 and tq2_0 (ternary) files load in llama.cpp, but the built-in engine (Ollama's) cannot serve
+them. In a workspace, the workspace's importance matrix is used by default (computed first when
+phonellm.yaml names calibration data under imatrix:); --no-imatrix quantizes without.
+'quantize auto' chooses a per-tensor mix for a size, a phone or a quality bound.
 
 The input is an F32/F16/BF16 GGUF (--in), a Hugging Face checkpoint converted on the fly without an intermediate
 file (--model, optionally with --lora adapters merged on the fly), or, with neither, the workspace's newest
@@ -83,6 +92,9 @@ Types: ` + strings.Join(fileTypeNames(), ", ") + ` (case-insensitive).`,
 	f.StringArrayVar(&fl.tensorTypes, "tensor-type", nil, "REGEX=TYPE override for matching tensors (repeatable, first match wins)")
 	f.BoolVar(&fl.keepMTP, "keep-mtp", false, "with --model: keep the Qwen3.5 MTP block")
 	f.BoolVar(&fl.force, "force", false, "quantize again even when the output is up to date")
+	f.StringVar(&fl.imatrix, "imatrix", "", "importance matrix (GGUF or legacy .dat) to weight the quantization with")
+	f.BoolVar(&fl.noImatrix, "no-imatrix", false, "quantize without an importance matrix, even in a workspace that has one")
+	cmd.AddCommand(newQuantizeAutoCmd(a))
 	return cmd
 }
 
@@ -202,20 +214,37 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 		}
 		return quantize.FromModel(m), nil
 	}
+	im, err := quantizeImatrix(a, ws, fl, inGGUF, ft)
+	if err != nil {
+		return err
+	}
+	if im.path != "" {
+		ii, err := workspace.NewInput("imatrix", im.path, "")
+		if err != nil {
+			return err
+		}
+		inputs = append(inputs, ii)
+	}
 	if fl.dryRun {
 		src, err := open()
 		if err != nil {
 			return err
 		}
 		defer src.Close()
-		res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov, DryRun: true}, a.reporter())
+		imx, err := im.load()
+		if err != nil {
+			return err
+		}
+		defer imx.Close()
+		res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov, DryRun: true,
+			Imatrix: imx, ImatrixName: im.name}, a.reporter())
 		if err != nil {
 			return quantizeErr(err)
 		}
 		return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, true) })
 	}
 	opts := map[string]any{"type": ft.String(), "pure": ov.Pure, "requant": ov.AllowRequantize, "tensor_types": fl.tensorTypes,
-		"output_type": fl.outputType, "embd_type": fl.embdType, "out": out, "keep_mtp": fl.keepMTP}
+		"output_type": fl.outputType, "embd_type": fl.embdType, "out": out, "keep_mtp": fl.keepMTP, "imatrix": im.name}
 	fromOf := map[string]string{"gguf": from}
 	if in != nil {
 		fromOf = in.stageFrom()
@@ -228,7 +257,13 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 			return quantize.Result{}, nil, err
 		}
 		defer src.Close()
-		res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov}, a.reporter())
+		imx, err := im.load()
+		if err != nil {
+			return quantize.Result{}, nil, err
+		}
+		defer imx.Close()
+		res, err := quantize.Run(a.ctx, quantize.Options{Source: src, FileType: ft, Out: out, Threads: threads, Overrides: ov,
+			Imatrix: imx, ImatrixName: im.name}, a.reporter())
 		if err != nil {
 			return res, nil, quantizeErr(err)
 		}
@@ -243,11 +278,19 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 	return a.io.Result(res, func(w io.Writer) { printQuantize(w, res, false) })
 }
 
-// quantizeErr adds what to do to an attempt at quantizing a quantized model.
+// quantizeErr adds what to do to an attempt at quantizing a quantized model, or without or with a wrong
+// importance matrix.
 func quantizeErr(err error) error {
 	var rq *plan.RequantizeError
-	if asErr(err, &rq) {
+	var ir *quantize.ImatrixRequiredError
+	var im *quantize.ImatrixMismatchError
+	switch {
+	case asErr(err, &rq):
 		return withHint(err, "the input is already quantized; quantize the F16/BF16 model instead, or pass --allow-requantize")
+	case asErr(err, &ir):
+		return withHint(err, "run phonellm imatrix first (calibration prompts of your task), then quantize with --imatrix FILE")
+	case asErr(err, &im):
+		return withHint(err, "compute the importance matrix of the model you quantize: phonellm imatrix --model F16.gguf --data PROMPTS")
 	}
 	return err
 }
@@ -308,6 +351,14 @@ func printQuantize(w io.Writer, res quantize.Result, dry bool) {
 			bpw = fmt.Sprintf(" (%.2f bits per weight)", res.BitsPerWeight)
 		}
 		fmt.Fprintf(w, "  %s %s, %s%s, sha256 %s\n", res.Arch, res.FileType, ui.HumanBytes(art.Size), bpw, art.SHA256)
+	}
+	if u := res.Imatrix; u != nil {
+		ds := ""
+		if u.Dataset != "" {
+			ds = ", dataset " + u.Dataset
+		}
+		fmt.Fprintf(w, "  importance matrix %s (%d entries, %d chunks%s): %d tensors weighted, %d without data\n",
+			u.File, u.Entries, u.Chunks, ds, u.Used, len(u.Missing))
 	}
 	if res.Seconds > 0 {
 		fmt.Fprintf(w, "  %.1f s, %.0f MB/s of input, %d threads\n", res.Seconds, res.InputMBps, res.Threads)

@@ -132,7 +132,7 @@ func typeUsageErrors(c *cobra.Command) {
 }
 
 // pipelineOrder is the order commands are listed in help: the order people run them.
-var pipelineOrder = []string{"init", "status", "reset", "inspect", "merge", "convert", "quantize", "fit", "publish", "ship", "fleet",
+var pipelineOrder = []string{"init", "status", "reset", "inspect", "merge", "convert", "imatrix", "quantize", "fit", "publish", "ship", "fleet",
 	"serve", "gateway", "bench", "eval", "demo"}
 
 // extraCommands lets each command file register itself without editing root.go.

@@ -1,5 +1,7 @@
 package tinymodel
 
+import "strings"
+
 // corpus is the built-in multilingual training text for the tiny BPE
 // tokenizers: English prose, Korean, emoji, digits, whitespace runs and
 // code, so the learned merges cover every path of byte-level BPE.
@@ -62,3 +64,15 @@ How much wood would a woodchuck chuck if a woodchuck could chuck wood?
 All work and no play makes Jack a dull boy. All work and no play makes Jack a dull boy.
 ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 !@#$%^&*()_+-=[]{};':",./<>?
 `
+
+// CorpusLines returns the non-blank lines of the built-in corpus, the text the tiny tokenizers are learned
+// from, for generating prompts that tokenize well (benchmarks make calibration and evaluation prompts of them).
+func CorpusLines() []string {
+	var out []string
+	for _, l := range strings.Split(corpus, "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -17,6 +17,9 @@
 // GenerateAdapter writes a PEFT LoRA adapter (adapter_config.json +
 // adapter_model.safetensors) for a generated base model. Spec.TensorValues
 // recomputes any tensor's values without reading files, for test oracles.
+// Spec.OutlierChannels gives the activations a few outlier channels, as
+// trained LLMs have (large RMSNorm gains and heavy-tailed embedding values
+// in the same hidden dimensions), for quantization-quality benchmarks.
 //
 // Weights are F32 (exact tests) or BF16; like the released Qwen3.5 BF16
 // checkpoints, Qwen3.5's linear_attn.A_log and linear_attn.norm.weight stay

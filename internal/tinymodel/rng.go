@@ -1,6 +1,9 @@
 package tinymodel
 
-import "hash/fnv"
+import (
+	"hash/fnv"
+	"math"
+)
 
 // rng is splitmix64 (Steele, Lea, Flood 2014): tiny, fast, and fully
 // specified, unlike math/rand whose streams may change between Go versions.
@@ -35,4 +38,13 @@ func streamFor(seed uint64, name string) *rng {
 	r := &rng{s: seed*0x9E3779B97F4A7C15 ^ h.Sum64()}
 	r.next()
 	return r
+}
+
+// studentT3 returns a value of Student's t distribution with 3 degrees of
+// freedom (heavy tails: a few values tens of times the typical one), from
+// four of the generator's normals: z / sqrt((a² + b² + c²) / 3).
+func (r *rng) studentT3() float64 {
+	z := r.normal()
+	a, b, c := r.normal(), r.normal(), r.normal()
+	return z / math.Sqrt((a*a+b*b+c*c)/3+1e-12)
 }

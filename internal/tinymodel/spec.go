@@ -74,6 +74,15 @@ type Spec struct {
 	MLPStd    float64 // MLP gate/up projections (larger, so the MLP is clearly nonlinear)
 	NormStd   float64 // spread of norm weights around their centre
 
+	// OutlierChannels > 0 gives the activations outlier channels, as trained LLMs have (a few hidden
+	// dimensions carry values far larger than the rest, which is what makes importance-weighted
+	// quantization pay off): that many hidden dimensions, chosen from the seed, get OutlierScale times the
+	// gain in every layer's input and post-attention RMSNorm (so the inputs of the projections have outlier
+	// columns), and the embedding's values in those columns are heavy-tailed (Student's t with 3 degrees of
+	// freedom at the embedding's scale). The final norm is left alone, so the logits keep their scale.
+	OutlierChannels int
+	OutlierScale    float64 // default 20 when OutlierChannels > 0
+
 	// MaxShardBytes > 0 splits the weights into model-0000i-of-0000n
 	// shards of at most this many bytes plus model.safetensors.index.json.
 	MaxShardBytes int64
@@ -203,6 +212,9 @@ func (s Spec) Normalize() (Spec, error) {
 	fillf(&s.WeightStd, def.WeightStd)
 	fillf(&s.MLPStd, def.MLPStd)
 	fillf(&s.NormStd, def.NormStd)
+	if s.OutlierChannels > 0 && s.OutlierScale == 0 {
+		s.OutlierScale = 20
+	}
 	return s, s.validate()
 }
 
@@ -226,6 +238,8 @@ func (s Spec) validate() error {
 		return bad("vocab_size %d below the tokenizer's %d tokens", s.VocabSize, s.TokenizerSize)
 	case s.TokenizerSize > maxTokenizerSize:
 		return bad("tokenizer size %d above the %d the built-in corpus supports", s.TokenizerSize, maxTokenizerSize)
+	case s.OutlierChannels < 0 || s.OutlierChannels > s.HiddenSize || s.OutlierScale < 0:
+		return bad("outlier channels %d (scale %g) for hidden size %d", s.OutlierChannels, s.OutlierScale, s.HiddenSize)
 	}
 	if s.isMoE() && (s.NumExperts <= 0 || s.NumExpertsPerTok <= 0 || s.NumExpertsPerTok > s.NumExperts || s.MoEIntermediateSize <= 0) {
 		return bad("MoE needs 0 < num_experts_per_tok <= num_experts and moe_intermediate_size > 0")

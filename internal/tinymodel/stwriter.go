@@ -100,15 +100,16 @@ func writeSafetensors(path string, seed uint64, ts []plannedTensor) error {
 				continue
 			}
 			r := streamFor(seed, t.name)
-			for left := t.numElements(); left > 0; {
+			for off, left := int64(0), t.numElements(); left > 0; {
 				n := min(left, chunkElems)
 				v := vals[:n]
-				t.fill(r, v)
+				t.fill(r, v, off)
 				b := encode(buf, t.dtype, v)
 				if _, err := w.Write(b); err != nil {
 					return err
 				}
 				left -= n
+				off += n
 			}
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 )
 
 // initKind says how a tensor's values are drawn.
@@ -29,6 +30,14 @@ type tensorSpec struct {
 	// keepF32 marks tensors the released Qwen3.5 BF16 checkpoints store in
 	// F32 (linear_attn.A_log and linear_attn.norm.weight).
 	keepF32 bool
+	// outliers, when set, marks the outlier columns of the last dimension
+	// (Spec.OutlierChannels): a norm's value there is scale times its gain
+	// (centre is the stored offset of the gain: 0 for Qwen's plain norms, -1
+	// for Qwen3.5's zero-centred ones), an embedding's is heavy-tailed.
+	outliers []bool
+	scale    float64
+	centre   float64
+	heavy    bool
 }
 
 // tensorDType is the dtype a tensor is stored in.
@@ -71,6 +80,7 @@ func (s Spec) tensors() []tensorSpec {
 	}
 	add(prefix+"embed_tokens.weight", s.EmbedStd, int64(s.VocabSize), d)
 	norm(prefix+"norm.weight", d)
+	defer func() { s.markOutliers(ts) }()
 	if !s.TiedEmbeddings {
 		add("lm_head.weight", s.LMHeadStd, int64(s.VocabSize), d)
 	}
@@ -224,14 +234,54 @@ func (s Spec) visionTensors() []tensorSpec {
 
 // fill writes the values of elements [off, off+len(dst)) of tensor t. The
 // stream is positioned by drawing, so callers go through a tensor in order
-// with one generator (see valueStream).
-func (t tensorSpec) fill(r *rng, dst []float32) {
+// with one generator and pass the offset of every chunk.
+func (t tensorSpec) fill(r *rng, dst []float32, off int64) {
+	cols := int64(len(t.outliers))
 	for i := range dst {
-		switch t.kind {
-		case initALog:
+		switch {
+		case t.kind == initALog:
 			dst[i] = float32(math.Log(0.02 + 1.98*r.uniform()))
+		case cols > 0 && t.outliers[(off+int64(i))%cols]:
+			if t.heavy {
+				dst[i] = float32(t.std * r.studentT3())
+			} else { // the gain scaled, stored relative to the norm's centre
+				gain := t.mean - t.centre + t.std*r.normal()
+				dst[i] = float32(gain*t.scale + t.centre)
+			}
 		default:
 			dst[i] = float32(t.mean + t.std*r.normal())
+		}
+	}
+}
+
+// markOutliers marks the outlier columns of the layers' hidden-size norms and
+// of the embedding (Spec.OutlierChannels), which are the same dimensions
+// everywhere. The final norm keeps ordinary gains, so the logits keep their
+// scale: the outliers live in what the layers' matrices multiply, as in
+// trained models.
+func (s Spec) markOutliers(ts []tensorSpec) {
+	if s.OutlierChannels == 0 {
+		return
+	}
+	d := s.HiddenSize
+	mark := make([]bool, d)
+	r := streamFor(s.Seed, "outlier-channels")
+	for n := 0; n < s.OutlierChannels; {
+		if c := int(r.next() % uint64(d)); !mark[c] {
+			mark[c] = true
+			n++
+		}
+	}
+	centre := 0.0
+	if s.isQwen35() {
+		centre = -1 // the stored weight w of a zero-centred norm is the gain minus 1
+	}
+	for i := range ts {
+		t := &ts[i]
+		hiddenNorm := len(t.shape) == 1 && t.shape[0] == int64(d) && strings.HasSuffix(t.name, "layernorm.weight")
+		embed := strings.HasSuffix(t.name, "embed_tokens.weight")
+		if hiddenNorm || embed {
+			t.outliers, t.scale, t.centre, t.heavy = mark, s.OutlierScale, centre, embed
 		}
 	}
 }
@@ -239,6 +289,6 @@ func (t tensorSpec) fill(r *rng, dst []float32) {
 // values returns the whole tensor (for small tensors and tests).
 func (s Spec) values(t tensorSpec) []float32 {
 	v := make([]float32, t.numElements())
-	t.fill(streamFor(s.Seed, t.name), v)
+	t.fill(streamFor(s.Seed, t.name), v, 0)
 	return v
 }

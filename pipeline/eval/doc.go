@@ -21,6 +21,10 @@
 //   - The gate ([Thresholds]) turns the figures into a pass/fail verdict with reasons, so `phonellm eval`
 //     exits non-zero and `ship` can run it first.
 //
+// The result names how the candidate was made when its metadata says so (the importance matrix and an
+// automatic mix, quantize.ReadProvenance). [LogitCache] computes a reference's logits once for many
+// comparisons (quantize auto measures dozens of candidates against one reference).
+//
 // [Run] is the stage API. Models are loaded through a [Loader] supplied by the caller (the CLI passes the Go
 // engine's loader), so this package does not link the cgo inference engine.
 package eval

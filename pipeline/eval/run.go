@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/quantize"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
@@ -64,7 +66,10 @@ type Result struct {
 	Comparison   *Comparison `json:"comparison,omitempty"`
 	// Sensitivity ranks tensor groups by the KLD they cost (see Sensitivity).
 	Sensitivity *SensitivityResult `json:"sensitivity,omitempty"`
-	Thresholds  Thresholds         `json:"thresholds,omitzero"`
+	// Candidate says how the candidate GGUF was made: the importance matrix (file, sha256, dataset, chunks)
+	// and the automatic mix it was quantized with, as its metadata records them.
+	Candidate  *quantize.Provenance `json:"candidate,omitempty"`
+	Thresholds Thresholds           `json:"thresholds,omitzero"`
 	// Pass is true when every set threshold holds; Reasons says why not.
 	Pass    bool     `json:"pass"`
 	Reasons []string `json:"reasons,omitempty"`
@@ -88,6 +93,11 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 			return Result{}, err
 		}
 		res.Distribution = &d
+		if f, err := gguf.OpenFile(o.Dist.Candidate); err == nil {
+			p := quantize.ReadProvenance(f)
+			f.Close()
+			res.Candidate = &p
+		}
 		rep.Note(pipeline.Info, fmt.Sprintf("KLD mean %.6f p99 %.6f max %.6f, top-1 %.2f %%, PPL %.4f → %.4f over %d positions",
 			d.MeanKLD, d.P99KLD, d.MaxKLD, 100*d.Top1, d.PPLReference, d.PPLCandidate, d.Positions))
 	}

@@ -156,6 +156,21 @@ const (
 	FileTypeIQ4_NL FileType = 25
 	FileTypeIQ4_XS FileType = 30
 	FileTypeBF16   FileType = 32
+
+	// The low-bit file types (most need an importance matrix).
+	FileTypeIQ2_XXS FileType = 19
+	FileTypeIQ2_XS  FileType = 20
+	FileTypeQ2_K_S  FileType = 21
+	FileTypeIQ3_XS  FileType = 22
+	FileTypeIQ3_XXS FileType = 23
+	FileTypeIQ1_S   FileType = 24
+	FileTypeIQ3_S   FileType = 26
+	FileTypeIQ3_M   FileType = 27
+	FileTypeIQ2_S   FileType = 28
+	FileTypeIQ2_M   FileType = 29
+	FileTypeIQ1_M   FileType = 31
+	FileTypeTQ1_0   FileType = 36
+	FileTypeTQ2_0   FileType = 37
 )
 
 var fileTypeNames = map[FileType]string{
@@ -165,6 +180,10 @@ var fileTypeNames = map[FileType]string{
 	FileTypeQ4_K_S: "Q4_K_S", FileTypeQ4_K_M: "Q4_K_M", FileTypeQ5_K_S: "Q5_K_S",
 	FileTypeQ5_K_M: "Q5_K_M", FileTypeQ6_K: "Q6_K", FileTypeIQ4_NL: "IQ4_NL",
 	FileTypeIQ4_XS: "IQ4_XS", FileTypeBF16: "BF16",
+	FileTypeIQ2_XXS: "IQ2_XXS", FileTypeIQ2_XS: "IQ2_XS", FileTypeQ2_K_S: "Q2_K_S", FileTypeIQ3_XS: "IQ3_XS",
+	FileTypeIQ3_XXS: "IQ3_XXS", FileTypeIQ1_S: "IQ1_S", FileTypeIQ3_S: "IQ3_S", FileTypeIQ3_M: "IQ3_M",
+	FileTypeIQ2_S: "IQ2_S", FileTypeIQ2_M: "IQ2_M", FileTypeIQ1_M: "IQ1_M", FileTypeTQ1_0: "TQ1_0",
+	FileTypeTQ2_0: "TQ2_0",
 }
 
 // String returns the llama-quantize name of the file type ("Q4_K_M").
@@ -175,12 +194,15 @@ func (f FileType) String() string {
 	return fmt.Sprintf("ftype(%d)", uint32(f))
 }
 
-// FileTypes lists the file types phonellm can write, in llama-quantize's order of value.
+// FileTypes lists the file types phonellm can write: the float and classic types, then the low-bit ones
+// roughly in llama-quantize's order (tools/quantize/quantize.cpp QUANT_OPTIONS).
 func FileTypes() []FileType {
 	return []FileType{FileTypeAllF32, FileTypeF16, FileTypeBF16, FileTypeQ4_0, FileTypeQ4_1, FileTypeQ5_0,
 		FileTypeQ5_1, FileTypeQ8_0, FileTypeQ2_K, FileTypeQ3_K_S, FileTypeQ3_K_M, FileTypeQ3_K_L,
 		FileTypeQ4_K_S, FileTypeQ4_K_M, FileTypeQ5_K_S, FileTypeQ5_K_M, FileTypeQ6_K, FileTypeIQ4_NL,
-		FileTypeIQ4_XS}
+		FileTypeIQ4_XS, FileTypeIQ2_XXS, FileTypeIQ2_XS, FileTypeIQ2_S, FileTypeIQ2_M, FileTypeIQ1_S,
+		FileTypeIQ1_M, FileTypeTQ1_0, FileTypeTQ2_0, FileTypeQ2_K_S, FileTypeIQ3_XXS, FileTypeIQ3_S,
+		FileTypeIQ3_M, FileTypeIQ3_XS}
 }
 
 // ParseFileType parses a llama-quantize file type name case-insensitively ("q4_k_m", "Q4_K_M"), with the

@@ -79,18 +79,30 @@ func TestPipelineOutputsPass(t *testing.T) {
 			} else if err != nil {
 				t.Errorf("%s to serve: %v", p.Name, err)
 			}
-			for _, ft := range []gguf.FileType{gguf.FileTypeQ4_K_M, gguf.FileTypeQ8_0, gguf.FileTypeQ2_K, gguf.FileTypeIQ4_XS} {
+			for _, ft := range []gguf.FileType{gguf.FileTypeQ4_K_M, gguf.FileTypeQ8_0, gguf.FileTypeQ2_K, gguf.FileTypeIQ4_XS,
+				gguf.FileTypeIQ2_XXS, gguf.FileTypeIQ3_S, gguf.FileTypeIQ1_M, gguf.FileTypeTQ1_0, gguf.FileTypeTQ2_0} {
 				src := quantize.FromModel(m)
-				qp, err := quantize.MakeSourcePlan(src, ft, plan.Overrides{})
+				qp, err := quantize.MakeSourcePlan(src, ft, plan.Overrides{HasImatrix: true})
 				if err != nil {
 					t.Fatalf("%s %s: %v", p.Name, ft, err)
 				}
 				q := modelcheck.Model{Name: p.Name + "-" + ft.String(), KVs: m.KVs}
+				ternary := false
 				for _, e := range qp.Entries {
 					q.Tensors = append(q.Tensors, gguf.TensorInfo{Name: e.Name, Type: e.To, Shape: e.Shape})
+					ternary = ternary || e.To == gguf.TypeTQ1_0 || e.To == gguf.TypeTQ2_0
 				}
 				if err := modelcheck.Check(q, modelcheck.Options{}); err != nil {
 					t.Errorf("%s %s: %v", p.Name, ft, err)
+				}
+				// Ternary weights load in llama.cpp but not in Ollama's engine: serving them is unsupported.
+				err = modelcheck.Check(q, modelcheck.Options{Serve: true, SkipTokenizer: true})
+				if ternary || (mtp && m.MTP) {
+					if e, ok := err.(*modelcheck.Error); !ok || !e.Unsupported() {
+						t.Errorf("%s %s to serve: %v, want unsupported", p.Name, ft, err)
+					}
+				} else if err != nil {
+					t.Errorf("%s %s to serve: %v", p.Name, ft, err)
 				}
 			}
 			m.Close()

@@ -21,18 +21,23 @@ const (
 )
 
 // matmulTypes are the weight types ggml's CPU backend multiplies (type_traits_cpu has a vec_dot for them and
-// get_rows dequantizes them) and Ollama's loader sizes like ggml (fs/ggml TypeSize; TQ1_0/TQ2_0 are 0 there).
+// get_rows dequantizes them) and Ollama's loader sizes like ggml (fs/ggml TypeSize).
 var matmulTypes = []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ4_0, gguf.TypeQ4_1,
 	gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ8_0, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K,
 	gguf.TypeQ6_K, gguf.TypeIQ2_XXS, gguf.TypeIQ2_XS, gguf.TypeIQ3_XXS, gguf.TypeIQ1_S, gguf.TypeIQ4_NL,
 	gguf.TypeIQ3_S, gguf.TypeIQ2_S, gguf.TypeIQ4_XS, gguf.TypeIQ1_M, gguf.TypeMXFP4}
+
+// ternaryTypes are weight types llama.cpp's CPU backend multiplies (llama-quantize writes them for its TQ1_0
+// and TQ2_0 file types) but Ollama's loader does not size (fs/ggml TypeSize is 0 for them, "not supported by
+// ollama"): a file with them is valid, and only serving it with the built-in engine is refused.
+var ternaryTypes = []gguf.Type{gguf.TypeTQ1_0, gguf.TypeTQ2_0}
 
 func (r role) allows(t gguf.Type) bool {
 	switch r {
 	case roleVector, roleConv:
 		return t == gguf.TypeF32
 	}
-	return slices.Contains(matmulTypes, t)
+	return slices.Contains(matmulTypes, t) || slices.Contains(ternaryTypes, t)
 }
 
 func (r role) types() string {
@@ -40,7 +45,7 @@ func (r role) types() string {
 	case roleVector, roleConv:
 		return "F32"
 	}
-	return "a float or block-quantized weight type (not " + strings.Join([]string{"Q8_1", "Q8_K", "TQ1_0", "TQ2_0", "integer", "F64"}, ", ") + ")"
+	return "a float or block-quantized weight type (not " + strings.Join([]string{"Q8_1", "Q8_K", "integer", "F64"}, ", ") + ")"
 }
 
 // dim is one expected dimension and how it follows from the hyper-parameters.
@@ -229,8 +234,12 @@ func (c *checker) checkTensors(h *hparams) {
 			c.tensorf(name, "%s", msg)
 			continue
 		}
-		if !w.role.allows(t.Type) {
+		switch {
+		case !w.role.allows(t.Type):
 			c.tensorf(name, "type %s, want %s", t.Type, w.role.types())
+		case c.o.Serve && slices.Contains(ternaryTypes, t.Type):
+			c.add(Problem{Tensor: name, Unsupported: true,
+				Msg: fmt.Sprintf("type %s: Ollama's engine cannot load ternary weights (llama.cpp can); quantize to another type to serve it here", t.Type)})
 		}
 	}
 	for _, t := range c.m.Tensors {

@@ -30,6 +30,19 @@ type Card struct {
 	Provenance        Provenance
 	Fit               []FitRow
 	Quality           []QualityRow
+	Quantization      []QuantRow
+}
+
+// QuantRow says how one file was quantized: the importance matrix and the automatic mix, when there were any.
+type QuantRow struct {
+	File          string
+	Imatrix       string // the importance matrix file as recorded (quantize.imatrix.file)
+	ImatrixSHA256 string
+	Dataset       string // its calibration data (quantize.imatrix.dataset)
+	Chunks        int    // calibration chunks
+	Mix           string // an automatic mix's target, e.g. "size 478000000"
+	MixRules      int    // its --tensor-type rules (in the file's phonellm.quantize.tensor_types)
+	PredictedKLD  float64
 }
 
 // CardFile is one row of the files table.
@@ -217,6 +230,33 @@ func (c *Card) Render() ([]byte, error) {
 				fits += " (" + cell(f.Headroom) + ")"
 			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s |\n", cell(f.Profile), cell(f.File), f.Context, humanBytes(f.Need), humanBytes(f.Budget), fits)
+		}
+		b.WriteString("\n")
+	}
+	if len(c.Quantization) > 0 {
+		b.WriteString("## Quantization\n\n| File | Importance matrix | Calibration data | Mix |\n| --- | --- | --- | --- |\n")
+		for _, q := range c.Quantization {
+			im, data, mix := "none", "–", "llama-quantize's rules"
+			if q.Imatrix != "" {
+				im = cell(q.Imatrix)
+				if q.ImatrixSHA256 != "" {
+					im += " (sha256 `" + q.ImatrixSHA256 + "`)"
+				}
+				data = "–"
+				if q.Dataset != "" {
+					data = cell(q.Dataset)
+				}
+				if q.Chunks > 0 {
+					data += fmt.Sprintf(", %d chunks", q.Chunks)
+				}
+			}
+			if q.Mix != "" {
+				mix = fmt.Sprintf("automatic (%s): %d --tensor-type rules in phonellm.quantize.tensor_types", cell(q.Mix), q.MixRules)
+				if q.PredictedKLD > 0 {
+					mix += fmt.Sprintf(", predicted KLD %.5f", q.PredictedKLD)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(q.File), im, data, mix)
 		}
 		b.WriteString("\n")
 	}

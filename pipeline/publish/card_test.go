@@ -34,6 +34,13 @@ func fullCard() *Card {
 			{Profile: "8 GB | budget", File: "fraud-review-9B-Q4_K_M.gguf", Context: 8192, Need: 7_100_000_000, Budget: 5_000_000_000},
 		},
 		Quality: []QualityRow{{Metric: "perplexity (wikitext-2)", File: "Q4_K_M", Value: "7.91", Note: "+0.12 vs F16"}},
+		Quantization: []QuantRow{
+			{File: "fraud-review-9B-Q4_K_M.gguf", Imatrix: "fraud-review-9B.imatrix.gguf", ImatrixSHA256: strings.Repeat("cd", 32),
+				Dataset: "prompts.jsonl", Chunks: 96},
+			{File: "fraud-review-9B-auto.gguf", Imatrix: "fraud-review-9B.imatrix.gguf", Dataset: "prompts.jsonl", Chunks: 96,
+				Mix: "size 5000000000", MixRules: 17, PredictedKLD: 0.01234},
+			{File: "fraud-review-9B-Q8_0.gguf"},
+		},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/imatrix"
 	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 	"golang.org/x/sync/errgroup"
@@ -29,7 +30,21 @@ type Options struct {
 	Threads   int           // worker goroutines; 0 = all cores
 	Overrides plan.Overrides
 	DryRun    bool // plan only
+	// Imatrix is the importance matrix (llama-quantize --imatrix), or nil. Each quantized tensor's vector is
+	// read when the tensor is reached (for an expert stack, every expert gets its slice) and passed to the
+	// weighted kernels; the plan's imatrix rules apply when it has at least one entry. Run does not close it.
+	Imatrix *imatrix.Importance
+	// ImatrixName is the value of quantize.imatrix.file; default Imatrix.File (llama-quantize records the
+	// --imatrix argument as given).
+	ImatrixName string
+	// Meta is more metadata to append after the keys llama-quantize writes (phonellm's own keys, such as the
+	// rules of an automatic mix); an existing key is moved to the end with the new value.
+	Meta []gguf.KV
 }
+
+// KeyImatrixSHA256 records the sha256 of the importance matrix file (phonellm's key; llama-quantize records
+// only the file name).
+const KeyImatrixSHA256 = "phonellm.quantize.imatrix.sha256"
 
 // Validate checks the options without touching files.
 func (o Options) Validate() error {
@@ -62,10 +77,35 @@ type Result struct {
 	DryRun        bool                `json:"dry_run,omitempty"`
 	// Fit is the phone-fit verdict of the output, filled in by callers that check it (the CLI does).
 	Fit any `json:"fit,omitempty"`
+	// Imatrix describes the importance matrix used, when there was one.
+	Imatrix *ImatrixUse `json:"imatrix,omitempty"`
+	// NeedsImatrix is set on a dry run of a plan that cannot be written without an importance matrix.
+	NeedsImatrix bool `json:"needs_imatrix,omitempty"`
 }
 
-// MakeSourcePlan computes the plan for a Source.
-func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.Plan, error) {
+// ImatrixUse is what a quantization took from its importance matrix (and recorded in quantize.imatrix.*).
+type ImatrixUse struct {
+	File    string `json:"file"`
+	SHA256  string `json:"sha256,omitempty"`
+	Dataset string `json:"dataset,omitempty"`
+	Entries int    `json:"entries"`
+	Chunks  int    `json:"chunks,omitempty"`
+	// Used is the number of quantized tensors that had importance data; Missing lists those that had none
+	// (quantized as without an importance matrix, as llama-quantize does).
+	Used    int      `json:"used"`
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Metadata keys llama-quantize adds when it uses an importance matrix (tools/quantize/quantize.cpp).
+const (
+	KeyImatrixFile    = "quantize.imatrix.file"
+	KeyImatrixDataset = "quantize.imatrix.dataset"
+	KeyImatrixEntries = "quantize.imatrix.entries_count"
+	KeyImatrixChunks  = "quantize.imatrix.chunks_count"
+)
+
+// ModelInfo reads the hyperparameters the type rules need from a Source's metadata.
+func ModelInfo(src *Source) (plan.ModelInfo, error) {
 	kv := make(map[string]any, len(src.KVs))
 	for _, e := range src.KVs {
 		if a, ok := e.Value.V.(gguf.Array); ok {
@@ -76,7 +116,16 @@ func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.P
 	}
 	info, err := plan.ModelInfoFromMetadata(src.Arch, kv)
 	if err != nil {
-		return plan.Plan{}, fmt.Errorf("%s: %w", src.Name, err)
+		return plan.ModelInfo{}, fmt.Errorf("%s: %w", src.Name, err)
+	}
+	return info, nil
+}
+
+// MakeSourcePlan computes the plan for a Source.
+func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.Plan, error) {
+	info, err := ModelInfo(src)
+	if err != nil {
+		return plan.Plan{}, err
 	}
 	descs := make([]plan.TensorDesc, len(src.Tensors))
 	for i, t := range src.Tensors {
@@ -120,12 +169,21 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	if err := checkInput(src); err != nil {
 		return Result{}, err
 	}
-	qp, err := MakeSourcePlan(src, o.FileType, o.Overrides)
+	im := o.Imatrix
+	if im != nil && im.Len() == 0 {
+		im = nil // llama-quantize passes no imatrix at all then
+	}
+	ov := o.Overrides
+	ov.HasImatrix = im != nil
+	qp, err := MakeSourcePlan(src, o.FileType, ov)
 	if err != nil {
 		return Result{}, err
 	}
 	if err := checkPlanned(src, qp); err != nil {
 		return Result{}, err
+	}
+	if e, ok := qp.FirstNeedingImatrix(); ok && im == nil && !o.DryRun {
+		return Result{}, &ImatrixRequiredError{FileType: o.FileType, Tensor: e.Name, Type: e.To}
 	}
 	threads := o.Threads
 	if threads == 0 {
@@ -133,8 +191,26 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	}
 	res := Result{Input: src.Name, Arch: src.Arch, FileType: o.FileType.String(), Plan: qp,
 		BitsPerWeight: qp.BitsPerWeight(), Threads: threads, DryRun: o.DryRun}
+	for _, e := range qp.Entries {
+		if e.To == gguf.TypeTQ1_0 || e.To == gguf.TypeTQ2_0 {
+			rep.Note(pipeline.Warn, fmt.Sprintf("%s (%s): llama.cpp runs ternary weights, phonellm's built-in engine (Ollama's) cannot serve them", e.Name, e.To))
+			break
+		}
+	}
+	if im == nil && qp.NeedsImatrix > 0 {
+		res.NeedsImatrix = true
+		rep.Note(pipeline.Warn, fmt.Sprintf("%s needs an importance matrix for %d tensors; run phonellm imatrix first", o.FileType, qp.NeedsImatrix))
+	}
+	if im != nil {
+		if res.Imatrix, err = checkImatrix(qp, im, o.ImatrixName, rep); err != nil {
+			return res, err
+		}
+	}
 	if o.DryRun {
 		return res, nil
+	}
+	if err := checkKernelNeeds(qp, im, o.FileType); err != nil {
+		return res, err
 	}
 	byName := make(map[string]*SourceTensor, len(src.Tensors))
 	for i := range src.Tensors {
@@ -153,6 +229,29 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	for _, kv := range qp.MetadataKVs() {
 		w.SetKV(kv.Key, gguf.Uint32(kv.Value))
 	}
+	if u := res.Imatrix; u != nil {
+		for _, k := range []string{KeyImatrixFile, KeyImatrixDataset, KeyImatrixEntries, KeyImatrixChunks} {
+			w.DeleteKV(k) // gguf_set_val_* removes an existing key and appends
+		}
+		w.SetKV(KeyImatrixFile, gguf.String(u.File))
+		if u.Dataset != "" {
+			w.SetKV(KeyImatrixDataset, gguf.String(u.Dataset))
+		}
+		w.SetKV(KeyImatrixEntries, gguf.Uint32(uint32(u.Entries)))
+		if u.Chunks > 0 {
+			w.SetKV(KeyImatrixChunks, gguf.Uint32(uint32(u.Chunks)))
+		}
+		if u.SHA256 != "" {
+			w.DeleteKV(KeyImatrixSHA256)
+			w.SetKV(KeyImatrixSHA256, gguf.String(u.SHA256))
+		}
+	}
+	for _, kv := range o.Meta {
+		w.DeleteKV(kv.Key)
+		if err := w.SetKV(kv.Key, kv.Value); err != nil {
+			return res, fmt.Errorf("quantize: %w", err)
+		}
+	}
 	for _, e := range qp.Entries {
 		if err := w.AddTensor(e.Name, e.To, e.Shape); err != nil {
 			return res, err
@@ -166,7 +265,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	defer out.Abort()
 	start := time.Now()
 	rep.Begin("quantize "+o.FileType.String(), qp.InBytes)
-	err = write(ctx, w, out, qp, byName, threads, rep)
+	err = write(ctx, w, out, qp, byName, threads, im, rep)
 	if err == nil {
 		err = out.Commit()
 	}
@@ -188,7 +287,8 @@ type job struct {
 	entry   *plan.Entry
 	src     *SourceTensor
 	row0, n int64
-	copyRaw bool // copy the stored bytes unchanged (whole tensor in one job)
+	copyRaw bool      // copy the stored bytes unchanged (whole tensor in one job)
+	imatrix []float32 // the tensor's importance values (every expert's), or nil
 }
 
 type done struct {
@@ -201,7 +301,7 @@ type done struct {
 }
 
 func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byName map[string]*SourceTensor,
-	threads int, rep pipeline.Reporter) error {
+	threads int, im *imatrix.Importance, rep pipeline.Reporter) error {
 	if err := w.WriteHeader(out); err != nil {
 		return err
 	}
@@ -233,6 +333,15 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 				seq++
 				continue
 			}
+			var vec []float32
+			if im != nil && e.To.Quantized() {
+				if n, ok := im.Size(e.Name); ok && int64(n) == imatrixLen(e) {
+					var err error
+					if vec, err = im.Vector(e.Name); err != nil {
+						return fmt.Errorf("quantize: tensor %q: %w", e.Name, err)
+					}
+				}
+			}
 			rows := st.Rows()
 			per := max(int64(1), chunkElems/int64(e.Shape[0]))
 			for r := int64(0); r < rows; r += per {
@@ -241,7 +350,7 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-				if err := send(ctx, jobs, job{seq: seq, entry: e, src: st, row0: r, n: min(per, rows-r)}); err != nil {
+				if err := send(ctx, jobs, job{seq: seq, entry: e, src: st, row0: r, n: min(per, rows-r), imatrix: vec}); err != nil {
 					return err
 				}
 				seq++
@@ -272,10 +381,6 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 				if err := checkFinite(j.entry.Name, j.row0*int64(j.entry.Shape[0]), rows); err != nil {
 					return err
 				}
-				enc, err := rowEncoder(j.entry.To)
-				if err != nil {
-					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
-				}
 				rb, err := j.entry.To.RowBytes(int64(j.entry.Shape[0]))
 				if err != nil {
 					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
@@ -285,7 +390,9 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 					buf = *b
 				}
 				buf = grow(buf, int(rb*j.n))
-				enc(buf, rows)
+				if err := encodeRows(buf, rows, j, rb); err != nil {
+					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+				}
 				inRows := j.entry.InBytes / max(j.src.Rows(), 1)
 				d := done{seq: j.seq, entry: j.entry, data: buf, last: j.row0+j.n == j.src.Rows(), in: inRows * j.n}
 				if err := send(ctx, results, d); err != nil {

@@ -125,10 +125,19 @@ func rowEncoder(t gguf.Type) (func(dst []byte, src []float32), error) {
 	case gguf.TypeBF16:
 		return func(d []byte, s []float32) { half.EncodeBF16LE(d, s) }, nil
 	}
-	if f, ok := kquant.ForType(uint32(t)); ok {
-		return f.Quantize, nil
+	f, err := kernelFormat(t)
+	if err != nil {
+		return nil, err
 	}
-	return nil, &plan.UnsupportedError{What: fmt.Sprintf("writing tensors of type %s", t)}
+	return f.Quantize, nil
+}
+
+// kernelFormat returns the kquant format of a block-quantized type.
+func kernelFormat(t gguf.Type) (kquant.Format, error) {
+	if f, ok := kquant.ForType(uint32(t)); ok {
+		return f, nil
+	}
+	return kquant.Format{}, &plan.UnsupportedError{What: fmt.Sprintf("writing tensors of type %s", t)}
 }
 
 func grow[T any](b []T, n int) []T {

@@ -134,7 +134,8 @@ var Stages = []struct {
 }{
 	{"merge", nil},
 	{"convert", []string{"merge"}},
-	{"quantize", []string{"convert", "merge"}},
+	{"imatrix", []string{"convert"}},
+	{"quantize", []string{"convert", "merge", "imatrix"}},
 	{"eval", []string{"quantize"}},
 	{"publish", []string{"quantize"}},
 	{"ship", []string{"quantize", "publish"}},

@@ -32,6 +32,7 @@ type Project struct {
 	Base     string   `yaml:"base" json:"base"`                             // local checkpoint folder or Hub id (org/name[@rev])
 	Adapters []string `yaml:"adapters,omitempty" json:"adapters,omitempty"` // PEFT adapter folders, applied in order
 	Quant    string   `yaml:"quant,omitempty" json:"quant,omitempty"`       // default quantization type, e.g. q4_k_m
+	Imatrix  string   `yaml:"imatrix,omitempty" json:"imatrix,omitempty"`   // calibration data (prompts JSONL or text) for the imatrix stage
 	Phone    string   `yaml:"phone,omitempty" json:"phone,omitempty"`       // phone profile for fit, e.g. 16gb
 	Context  int      `yaml:"context,omitempty" json:"context,omitempty"`
 	Parallel int      `yaml:"parallel,omitempty" json:"parallel,omitempty"`

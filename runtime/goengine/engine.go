@@ -50,7 +50,7 @@ type Options struct {
 	// BatchSize bounds the tokens evaluated in one forward pass (summed over
 	// all slots); default 512, at most ContextLength.
 	BatchSize int
-	// KVCacheType is "f16" (default), "q8_0" or "q4_0".
+	// KVCacheType is "f16" (default), "q8_0", "q4_0", or "f32" (exact comparisons in tests).
 	KVCacheType string
 	// FlashAttention enables the fused attention kernel.
 	FlashAttention bool
@@ -71,9 +71,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("goengine: parallel %d above 64", o.Parallel)
 	}
 	switch o.KVCacheType {
-	case "", "f16", "q8_0", "q4_0":
+	case "", "f16", "q8_0", "q4_0", "f32":
 	default:
-		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0 or q4_0", o.KVCacheType)
+		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0, q4_0 or f32", o.KVCacheType)
 	}
 	return nil
 }
@@ -282,6 +282,8 @@ func kvDType(s string) ml.DType {
 		return ml.DTypeQ80
 	case "q4_0":
 		return ml.DTypeQ40
+	case "f32":
+		return ml.DTypeF32
 	}
 	return ml.DTypeF16
 }

@@ -44,28 +44,11 @@ func (e *Engine) Logits(ctx context.Context, tokens []int32, fn func(pos int, lo
 		}
 	}
 
-	// Every running sequence holds a semaphore token until its Generate has returned, which happens after
-	// the loop finished with it; holding them all leaves the model, the cache and the slots to us.
-	held := 0
-	defer func() {
-		for range held {
-			<-e.sem
-		}
-	}()
-	for held < cap(e.sem) {
-		select {
-		case e.sem <- struct{}{}:
-			held++
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	release, err := e.exclusive(ctx)
+	if err != nil {
+		return err
 	}
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		return engine.ErrClosed
-	}
+	defer release()
 
 	sl := e.slots[0]
 	// The slot's cache is overwritten: forget what it held, whatever happens below.
@@ -108,4 +91,35 @@ func (e *Engine) Logits(ctx context.Context, tokens []int32, fn func(pos int, lo
 		}
 	}
 	return nil
+}
+
+// exclusive takes the engine for one caller: it waits until every slot is free, holding off new Generate calls
+// until release is called. Every running sequence holds a semaphore token until its Generate has returned,
+// which happens after the loop finished with it; holding them all leaves the model, the cache and the slots to
+// the caller.
+func (e *Engine) exclusive(ctx context.Context) (release func(), err error) {
+	held := 0
+	release = func() {
+		for range held {
+			<-e.sem
+		}
+		held = 0
+	}
+	for held < cap(e.sem) {
+		select {
+		case e.sem <- struct{}{}:
+			held++
+		case <-ctx.Done():
+			release()
+			return nil, ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		release()
+		return nil, engine.ErrClosed
+	}
+	return release, nil
 }

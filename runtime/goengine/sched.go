@@ -11,11 +11,8 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/kvcache"
-	"github.com/ollama/ollama/model"
-	"github.com/ollama/ollama/model/input"
 
 	"github.com/phonellm/phonellm/runtime/engine"
-	"github.com/phonellm/phonellm/runtime/goengine/internal/cmem"
 )
 
 // ggmlMu serializes all work on ggml (loading, cache operations, forward
@@ -512,31 +509,5 @@ func (e *Engine) sampleNext(s *sequence, logits []float32) {
 
 // forward evaluates one batch and returns the logits of the output rows.
 func (e *Engine) forward(toks, pos []int32, seqs []int, outputs []int32) (logits []float32, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("goengine: forward pass: %v", r)
-		}
-	}()
-	ctx := e.m.Backend().NewContext()
-	defer func() {
-		ctx.Close()
-		// A prompt pass's mask (tokens × cells float32) and other inputs are freed now; give them back to the
-		// system instead of leaving them in malloc's arenas (package cmem). Decode passes are too small to matter.
-		if int64(len(toks))*int64(e.numCtx)*int64(max(1, len(e.slots)))*4 >= 1<<20 {
-			cmem.Trim()
-		}
-	}()
-	b := input.Batch{
-		Inputs:    ctx.Input().FromInts(toks, len(toks)),
-		Outputs:   ctx.Input().FromInts(outputs, len(outputs)),
-		Positions: pos,
-		Sequences: seqs,
-	}
-	ctx.SetBatchSize(len(toks))
-	out, err := model.Forward(ctx, e.m, b)
-	if err != nil {
-		return nil, fmt.Errorf("goengine: build graph: %w", err)
-	}
-	ctx.Compute(out)
-	return out.Floats(), nil
+	return e.compute(toks, pos, seqs, outputs, true)
 }

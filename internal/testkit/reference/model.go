@@ -37,7 +37,15 @@ type Model struct {
 	embedLoras  []loraDelta // embedding LoRAs: row v gains Scale·B·A[:, v], A [R×Vocab], B [Hidden×R]
 
 	linears map[string]*linear // HF weight name → layer, for attaching LoRA adapters
+	obs     *linearObs         // shared by every linear layer of the model
 }
+
+// ObserveLinears calls fn with the input of every linear layer (matrix product with a weight) Forward, Step and
+// Greedy compute, before it is used: weight is the HF weight name ("model.layers.0.self_attn.q_proj.weight",
+// "lm_head.weight" also when it is tied to the embedding; the experts of a fused Qwen3.5-MoE layout are named
+// "<prefix>.experts.E.gate_proj.weight" and so on, as in the unfused layout). x must not be modified or kept.
+// nil stops observing. Tests use it to compute the statistics an importance matrix should hold.
+func (m *Model) ObserveLinears(fn func(weight string, x []float32)) { m.obs.fn = fn }
 
 // loader reads and shape-checks tensors, remembering the first error and which tensors were used.
 type loader struct {
@@ -46,6 +54,7 @@ type loader struct {
 	used map[string]bool
 	err  error
 	lin  map[string]*linear
+	obs  *linearObs
 }
 
 func (ld *loader) fail(format string, a ...any) {
@@ -103,7 +112,7 @@ const (
 
 // linear reads prefix.weight [out×in] (and prefix.bias [out]) and registers it for adapters.
 func (ld *loader) linear(dst *linear, prefix string, out, in int, bias biasMode) {
-	*dst = linear{W: ld.tensor(prefix+".weight", out, in), Out: out, In: in}
+	*dst = linear{W: ld.tensor(prefix+".weight", out, in), Out: out, In: in, name: prefix + ".weight", obs: ld.obs}
 	if bias == withBias {
 		dst.B = ld.tensor(prefix+".bias", out)
 	}
@@ -124,8 +133,8 @@ func (ld *loader) mlpInto(m *mlp, prefix string, hidden, ff int) {
 
 // newModel builds a Model from a parsed config and a weight source. file names the checkpoint in errors.
 func newModel(cfg Config, src source, file string) (*Model, error) {
-	ld := &loader{src: src, file: file, used: map[string]bool{}, lin: map[string]*linear{}}
-	m := &Model{Config: cfg, linears: ld.lin}
+	ld := &loader{src: src, file: file, used: map[string]bool{}, lin: map[string]*linear{}, obs: &linearObs{}}
+	m := &Model{Config: cfg, linears: ld.lin, obs: ld.obs}
 	c := &m.Config
 	qwen35 := c.Family == FamilyQwen35 || c.Family == FamilyQwen35MoE
 	m.zeroCentred = qwen35
@@ -137,7 +146,7 @@ func newModel(cfg Config, src source, file string) (*Model, error) {
 	m.embed = ld.tensor(p+"embed_tokens.weight", c.Vocab, d)
 	m.finalNorm = ld.tensor(p+"norm.weight", d)
 	if c.TieEmbeddings {
-		m.lmHead = linear{W: m.embed, Out: c.Vocab, In: d}
+		m.lmHead = linear{W: m.embed, Out: c.Vocab, In: d, name: "lm_head.weight", obs: ld.obs}
 		ld.used["lm_head.weight"] = true // transformers overwrites a stored lm_head with the tied embedding
 	} else {
 		ld.linear(&m.lmHead, "lm_head", c.Vocab, d, noBias)
@@ -242,10 +251,11 @@ func (ld *loader) moe(prefix string, c *Config) *moe {
 		}
 		for e := range m.experts {
 			base := e * 2 * ff * d
+			ep := fmt.Sprintf("%s.experts.%d.", prefix, e)
 			m.experts[e] = mlp{
-				gate: linear{W: gu[base : base+ff*d], Out: ff, In: d},
-				up:   linear{W: gu[base+ff*d : base+2*ff*d], Out: ff, In: d},
-				down: linear{W: dn[e*d*ff : (e+1)*d*ff], Out: d, In: ff},
+				gate: linear{W: gu[base : base+ff*d], Out: ff, In: d, name: ep + "gate_proj.weight", obs: ld.obs},
+				up:   linear{W: gu[base+ff*d : base+2*ff*d], Out: ff, In: d, name: ep + "up_proj.weight", obs: ld.obs},
+				down: linear{W: dn[e*d*ff : (e+1)*d*ff], Out: d, In: ff, name: ep + "down_proj.weight", obs: ld.obs},
 			}
 		}
 	} else {

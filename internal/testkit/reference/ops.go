@@ -22,9 +22,20 @@ type linear struct {
 	B       []float32 // nil when the layer has no bias
 	loras   []loraDelta
 	doraMag []float64 // m_o / ‖W_o + s·(BA)_o‖ per output row; nil without DoRA
+
+	name string     // the HF weight name, for observers
+	obs  *linearObs // the model's observer (shared by all its layers), or nil
+}
+
+// linearObs holds the function Model.ObserveLinears installs.
+type linearObs struct {
+	fn func(weight string, x []float32)
 }
 
 func (l *linear) apply(x []float32) []float32 {
+	if l.obs != nil && l.obs.fn != nil {
+		l.obs.fn(l.name, x)
+	}
 	y := make([]float64, l.Out)
 	for o := 0; o < l.Out; o++ {
 		row := l.W[o*l.In : (o+1)*l.In]

@@ -27,7 +27,15 @@
 //     falls back: Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0,
 //     IQ4_XS to IQ4_NL, and to F16 when even that does not fit.
 //   - Overrides mirror --pure, --output-tensor-type, --token-embedding-type
-//     and --tensor-type REGEX=TYPE (first matching rule wins).
+//     and --tensor-type REGEX=TYPE (first matching rule wins); HasImatrix
+//     is llama-quantize's has_imatrix, which changes the IQ3_XXS, IQ4_NL,
+//     IQ4_XS, Q4_0 and Q5_0 rules.
+//   - The low-bit file types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M,
+//     IQ3_XXS, IQ3_XS, IQ3_S, IQ3_M, Q2_K_S, TQ1_0, TQ2_0) follow their own
+//     branch of the rules (Q2_K/IQ3_S attn_v and first ffn_down, Q5_K output).
+//     Entry.NeedsImatrix marks the tensors llama-quantize will not write
+//     without an importance matrix (tensor_requires_imatrix); RequiresImatrix
+//     names the file types it therefore refuses without one.
 //
 // The output file carries general.quantization_version = 2 and
 // general.file_type = the llama_ftype, appended after all input keys

@@ -137,8 +137,9 @@ func TestParseTensorTypeRule(t *testing.T) {
 		{"attn_v", "want REGEX=TYPE"},
 		{"=q8_0", "missing tensor name"},
 		{"attn_v=", "missing tensor type"},
-		{"attn_v=q9_k", "valid: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16"},
-		{"attn_v=iq2_xxs", "unsupported tensor type \"iq2_xxs\""},
+		{"attn_v=q9_k", "valid: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, " +
+			"IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, BF16, TQ1_0, TQ2_0"},
+		{"attn_v=mxfp4", "unsupported tensor type \"mxfp4\""},
 		{"(=q8_0", "bad pattern"},
 		{"a(?!b)=q8_0", "bad pattern"},                         // look-ahead: ECMAScript has it, RE2 does not
 		{"a(?=b)=q8_0", "unsupported tensor type \"b)=q8_0\""}, // split at the first '=', as upstream
@@ -158,10 +159,10 @@ func TestParseTensorTypeRule(t *testing.T) {
 		t.Errorf("hand-built bad rule: %v", err)
 	}
 	_, err = Make("qwen3", qwen3small.info(), qwen3small.tensors(), gguf.FileTypeQ4_K_M,
-		Overrides{OutputType: typ(gguf.TypeIQ2_XXS)})
+		Overrides{OutputType: typ(gguf.TypeMXFP4)})
 	var ue *UnsupportedError
 	if !errors.As(err, &ue) {
-		t.Errorf("IQ2_XXS output type: %v, want *UnsupportedError", err)
+		t.Errorf("MXFP4 output type: %v, want *UnsupportedError", err)
 	}
 }
 

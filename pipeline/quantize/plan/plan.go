@@ -64,6 +64,11 @@ type Overrides struct {
 	TokenEmbdType   *gguf.Type       // --token-embedding-type
 	TensorTypes     []TensorTypeRule // --tensor-type, in command-line order
 	AllowRequantize bool             // --allow-requantize
+	// HasImatrix says an importance matrix will be used (llama-quantize's has_imatrix: --imatrix with at
+	// least one entry). It changes a few rules: IQ3_XXS keeps IQ3_XXS attn_v and ffn_down, IQ4_NL/IQ4_XS drop
+	// the Q5_K bump of the first ffn_down layers, and Q4_0/Q5_0 raise the first eighth of ffn_down to
+	// Q4_1/Q5_1.
+	HasImatrix bool
 }
 
 // Entry is one tensor of the output file.
@@ -78,6 +83,9 @@ type Entry struct {
 	Bytes    int64     `json:"bytes"`
 	Fallback string    `json:"fallback,omitempty"` // why the chosen type was replaced because of the row length
 	Note     string    `json:"note,omitempty"`     // why the tensor is kept, or which override chose its type
+	// NeedsImatrix is true when the output type cannot be made without an importance matrix
+	// (tensor_requires_imatrix: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, and Q2_K in a Q2_K_S file).
+	NeedsImatrix bool `json:"needs_imatrix,omitempty"`
 }
 
 // Convert reports whether the tensor's data changes (dequantize and/or quantize); otherwise it is copied.
@@ -94,6 +102,18 @@ type Plan struct {
 	Converted  int           `json:"converted"`  // entries whose type changes
 	NFallback  int           `json:"n_fallback"` // llama-quantize's "N of M tensor(s) required fallback quantization"
 	Requantize bool          `json:"requantize"` // some converted input is already quantized
+	// NeedsImatrix is the number of converted tensors whose output type needs an importance matrix.
+	NeedsImatrix int `json:"needs_imatrix,omitempty"`
+}
+
+// FirstNeedingImatrix returns the first converted entry whose type needs an importance matrix.
+func (p Plan) FirstNeedingImatrix() (Entry, bool) {
+	for _, e := range p.Entries {
+		if e.Convert() && e.NeedsImatrix {
+			return e, true
+		}
+	}
+	return Entry{}, false
 }
 
 // BitsPerWeight is the output size in bits per element, as llama-quantize prints it ("quant size … BPW").
@@ -146,7 +166,8 @@ func (e *RequantizeError) InputError() bool { return true }
 // targetTypes are the types the kquant kernels (plus float conversion) can write, in ggml id order.
 var targetTypes = []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0,
 	gguf.TypeQ5_1, gguf.TypeQ8_0, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K,
-	gguf.TypeIQ4_NL, gguf.TypeIQ4_XS, gguf.TypeBF16}
+	gguf.TypeIQ2_XXS, gguf.TypeIQ2_XS, gguf.TypeIQ3_XXS, gguf.TypeIQ1_S, gguf.TypeIQ4_NL, gguf.TypeIQ3_S,
+	gguf.TypeIQ2_S, gguf.TypeIQ4_XS, gguf.TypeIQ1_M, gguf.TypeBF16, gguf.TypeTQ1_0, gguf.TypeTQ2_0}
 
 // TargetTypes lists the tensor types a plan may assign (and overrides may name).
 func TargetTypes() []gguf.Type { return append([]gguf.Type(nil), targetTypes...) }
@@ -211,6 +232,23 @@ var defaultTypes = map[gguf.FileType]gguf.Type{
 	gguf.FileTypeQ4_K_S: gguf.TypeQ4_K, gguf.FileTypeQ4_K_M: gguf.TypeQ4_K, gguf.FileTypeQ5_K_S: gguf.TypeQ5_K,
 	gguf.FileTypeQ5_K_M: gguf.TypeQ5_K, gguf.FileTypeQ6_K: gguf.TypeQ6_K, gguf.FileTypeIQ4_NL: gguf.TypeIQ4_NL,
 	gguf.FileTypeIQ4_XS: gguf.TypeIQ4_XS,
+	gguf.FileTypeQ2_K_S: gguf.TypeQ2_K, gguf.FileTypeIQ3_XS: gguf.TypeIQ3_S, gguf.FileTypeIQ2_XXS: gguf.TypeIQ2_XXS,
+	gguf.FileTypeIQ2_XS: gguf.TypeIQ2_XS, gguf.FileTypeIQ2_S: gguf.TypeIQ2_XS, gguf.FileTypeIQ2_M: gguf.TypeIQ2_S,
+	gguf.FileTypeIQ3_XXS: gguf.TypeIQ3_XXS, gguf.FileTypeIQ1_S: gguf.TypeIQ1_S, gguf.FileTypeIQ1_M: gguf.TypeIQ1_M,
+	gguf.FileTypeIQ3_S: gguf.TypeIQ3_S, gguf.FileTypeIQ3_M: gguf.TypeIQ3_S, gguf.FileTypeTQ1_0: gguf.TypeTQ1_0,
+	gguf.FileTypeTQ2_0: gguf.TypeTQ2_0,
+}
+
+// RequiresImatrix reports whether llama-quantize refuses a file type without an importance matrix: whether
+// its plan gives some quantized tensor a type tensor_requires_imatrix names (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ2_M, IQ3_XXS, IQ3_XS and Q2_K_S for the Qwen layouts). Make records it per tensor (Entry.NeedsImatrix).
+func RequiresImatrix(ftype gguf.FileType) bool {
+	switch ftype {
+	case gguf.FileTypeIQ1_S, gguf.FileTypeIQ1_M, gguf.FileTypeIQ2_XXS, gguf.FileTypeIQ2_XS, gguf.FileTypeIQ2_S,
+		gguf.FileTypeIQ2_M, gguf.FileTypeIQ3_XXS, gguf.FileTypeIQ3_XS, gguf.FileTypeQ2_K_S:
+		return true
+	}
+	return false
 }
 
 // DefaultType is the base tensor type of a file type (Q4_K for Q4_K_M), false for file types without a plan.
@@ -284,6 +322,9 @@ func Make(arch string, info ModelInfo, tensors []TensorDesc, ftype gguf.FileType
 			p.Converted++
 			if e.From.Quantized() {
 				p.Requantize = true
+			}
+			if e.NeedsImatrix {
+				p.NeedsImatrix++
 			}
 		}
 	}
@@ -518,6 +559,7 @@ func (s *planState) entry(t in) (Entry, error) {
 	}
 	e := Entry{Name: t.Name, From: t.Type, To: to, FromName: t.Type.String(), ToName: to.String(),
 		Shape: append([]uint64(nil), t.Shape...), Fallback: fallback, Note: note}
+	e.NeedsImatrix = keepReason(t) == "" && requiresImatrix(t.Name, to, s.ftype)
 	rb, err := t.Type.RowBytes(t.ne0)
 	if err != nil {
 		return Entry{}, fmt.Errorf("quantize: tensor %q: %w", t.Name, err)
@@ -618,12 +660,18 @@ func (s *planState) layerInfo(counter int, name string) (int, error) {
 	return i, nil
 }
 
-// mixture is llama_tensor_get_type_impl for the file types of gguf.FileTypes, the Qwen architectures (never
-// Falcon) and no importance matrix. Branches that only concern other file types are left out; the else-if
-// order of the source is kept.
+// mixture is llama_tensor_get_type_impl (src/llama-quant.cpp) for the file types of gguf.FileTypes and the Qwen
+// architectures (never Falcon, never MXFP4_MOE), with and without an importance matrix. The else-if order of
+// the source is kept: the low-bit IQ1/IQ2 file types have their own branch before the per-category rules,
+// and in it neither ffn_gate nor ffn_up advance their counters.
 func (s *planState) mixture(t in, cat category) (gguf.Type, error) {
 	ft, nt := s.ftype, s.def
 	eight := s.info.ExpertCount == 8
+	gqa := s.info.gqa()
+	imatrix := s.ov.HasImatrix
+	lowIQ := ft == gguf.FileTypeIQ2_XXS || ft == gguf.FileTypeIQ2_XS || ft == gguf.FileTypeIQ1_S ||
+		ft == gguf.FileTypeIQ2_S || ft == gguf.FileTypeIQ2_M || ft == gguf.FileTypeIQ1_M
+	iq2sm := ft == gguf.FileTypeIQ2_S || ft == gguf.FileTypeIQ2_M
 	switch {
 	case cat == catOutput || (s.tied && cat == catTokenEmbd):
 		switch {
@@ -631,19 +679,74 @@ func (s *planState) mixture(t in, cat category) (gguf.Type, error) {
 			nt = *s.ov.OutputType
 		case t.ne0%nt.BlockSize() != 0:
 			nt = gguf.TypeQ8_0
+		case lowIQ || ft == gguf.FileTypeIQ3_XXS:
+			nt = gguf.TypeQ5_K
 		case nt != gguf.TypeQ8_0:
 			nt = gguf.TypeQ6_K
 		}
-	case cat == catTokenEmbd:
-		// untied: the base type (the IQ1/IQ2/IQ3/TQ file types, which pick others, are not offered)
+	case cat == catTokenEmbd: // untied
+		switch ft {
+		case gguf.FileTypeIQ2_XXS, gguf.FileTypeIQ2_XS, gguf.FileTypeIQ1_S, gguf.FileTypeIQ1_M:
+			nt = gguf.TypeQ2_K
+		case gguf.FileTypeIQ2_S, gguf.FileTypeIQ2_M, gguf.FileTypeIQ3_XXS:
+			nt = gguf.TypeIQ3_S
+		case gguf.FileTypeTQ1_0, gguf.FileTypeTQ2_0:
+			nt = gguf.TypeQ4_K
+		}
+	case lowIQ:
+		switch {
+		case cat.isAttnV():
+			switch {
+			case gqa >= 4 || s.info.ExpertCount >= 4:
+				nt = gguf.TypeQ4_K
+			case iq2sm:
+				nt = gguf.TypeIQ3_S
+			default:
+				nt = gguf.TypeQ2_K
+			}
+			s.iAttnV++
+		case eight && cat == catAttnK:
+			nt = gguf.TypeQ4_K
+		case cat == catFFNDown:
+			if s.iDown < s.nLayer/8 { // the running counter, also for expert tensors
+				nt = gguf.TypeQ2_K
+				if iq2sm {
+					nt = gguf.TypeIQ3_S
+				}
+			}
+			s.iDown++
+		case cat == catAttnOutput:
+			switch {
+			case eight:
+				nt = gguf.TypeQ5_K
+			case ft == gguf.FileTypeIQ1_S || ft == gguf.FileTypeIQ1_M:
+				nt = gguf.TypeIQ2_XXS
+			case iq2sm:
+				nt = gguf.TypeIQ3_S
+			}
+		}
 	case cat.isAttnV():
-		gqa := s.info.gqa()
 		switch {
 		case ft == gguf.FileTypeQ2_K:
 			nt = gguf.TypeQ3_K
 			if gqa >= 4 {
 				nt = gguf.TypeQ4_K
 			}
+		case ft == gguf.FileTypeQ2_K_S && gqa >= 4:
+			nt = gguf.TypeQ4_K
+		case ft == gguf.FileTypeIQ3_XXS:
+			switch {
+			case gqa >= 4:
+				nt = gguf.TypeQ4_K
+			case !imatrix:
+				nt = gguf.TypeIQ3_S
+			default:
+				nt = gguf.TypeIQ3_XXS
+			}
+		case (ft == gguf.FileTypeIQ3_XS || ft == gguf.FileTypeIQ3_S) && gqa >= 4:
+			nt = gguf.TypeQ4_K
+		case ft == gguf.FileTypeIQ3_M:
+			nt = gguf.TypeQ4_K
 		case ft == gguf.FileTypeQ3_K_M:
 			nt = gguf.TypeQ4_K
 			if s.iAttnV < 2 {
@@ -666,11 +769,21 @@ func (s *planState) mixture(t in, cat category) (gguf.Type, error) {
 		}
 		s.iAttnV++
 	case cat == catAttnK:
-		if eight {
+		switch {
+		case eight:
 			nt = gguf.TypeQ8_0
+		case ft == gguf.FileTypeIQ3_XS:
+			nt = gguf.TypeIQ3_XXS
+		case ft == gguf.FileTypeIQ3_XXS:
+			nt = gguf.TypeIQ2_S
 		}
 	case cat == catAttnQ:
-		// only the IQ3 file types change attn_q
+		switch ft {
+		case gguf.FileTypeIQ3_XS:
+			nt = gguf.TypeIQ3_XXS
+		case gguf.FileTypeIQ3_XXS:
+			nt = gguf.TypeIQ2_S
+		}
 	case cat == catFFNDown:
 		i, err := s.layerInfo(s.iDown, t.Name)
 		if err != nil {
@@ -680,37 +793,57 @@ func (s *planState) mixture(t in, cat category) (gguf.Type, error) {
 		switch {
 		case ft == gguf.FileTypeQ2_K:
 			nt = gguf.TypeQ3_K
+		case ft == gguf.FileTypeQ2_K_S:
+			if i < n/8 {
+				nt = gguf.TypeQ4_K
+			}
+		case ft == gguf.FileTypeIQ3_XXS && !imatrix:
+			nt = gguf.TypeQ3_K
+			if i < n/8 {
+				nt = gguf.TypeQ4_K
+			}
 		case ft == gguf.FileTypeQ3_K_M:
 			nt = gguf.TypeQ4_K // Falcon alone may keep Q3_K here
 			if i < n/16 {
 				nt = gguf.TypeQ5_K
 			}
+		case ft == gguf.FileTypeIQ3_M && (i < n/8 || eight && useMoreBits(i, n)):
+			nt = gguf.TypeQ4_K
 		case ft == gguf.FileTypeQ3_K_L:
 			nt = gguf.TypeQ5_K
 		case ft == gguf.FileTypeQ4_K_M:
 			if useMoreBits(i, n) {
 				nt = gguf.TypeQ6_K
 			}
-		case i < n/8 && (ft == gguf.FileTypeIQ4_NL || ft == gguf.FileTypeIQ4_XS): // no imatrix
+		case i < n/8 && (ft == gguf.FileTypeIQ4_NL || ft == gguf.FileTypeIQ4_XS) && !imatrix:
 			nt = gguf.TypeQ5_K
 		case ft == gguf.FileTypeQ5_K_M && useMoreBits(i, n):
 			nt = gguf.TypeQ6_K
 		case ft == gguf.FileTypeQ4_K_S && i < n/8:
 			nt = gguf.TypeQ5_K
+		case (ft == gguf.FileTypeQ4_0 || ft == gguf.FileTypeQ5_0) && imatrix && i < n/8:
+			// "Guard against craziness in the first few ffn_down layers", only with an importance matrix.
+			nt = gguf.TypeQ4_1
+			if ft == gguf.FileTypeQ5_0 {
+				nt = gguf.TypeQ5_1
+			}
 		}
 		s.iDown++
 	case cat == catAttnOutput:
 		if eight {
 			switch ft {
-			case gguf.FileTypeQ2_K, gguf.FileTypeQ3_K_S, gguf.FileTypeQ3_K_M, gguf.FileTypeIQ4_NL,
-				gguf.FileTypeQ4_K_S, gguf.FileTypeQ4_K_M, gguf.FileTypeIQ4_XS:
+			case gguf.FileTypeQ2_K, gguf.FileTypeIQ3_XS, gguf.FileTypeIQ3_XXS, gguf.FileTypeQ3_K_S,
+				gguf.FileTypeQ3_K_M, gguf.FileTypeIQ4_NL, gguf.FileTypeQ4_K_S, gguf.FileTypeQ4_K_M,
+				gguf.FileTypeIQ3_S, gguf.FileTypeIQ3_M, gguf.FileTypeIQ4_XS:
 				nt = gguf.TypeQ5_K
 			}
 		} else {
 			switch ft {
 			case gguf.FileTypeQ2_K:
 				nt = gguf.TypeQ3_K
-			case gguf.FileTypeQ3_K_M:
+			case gguf.FileTypeIQ3_XXS:
+				nt = gguf.TypeIQ3_S
+			case gguf.FileTypeQ3_K_M, gguf.FileTypeIQ3_M:
 				nt = gguf.TypeQ4_K
 			case gguf.FileTypeQ3_K_L:
 				nt = gguf.TypeQ5_K
@@ -718,18 +851,37 @@ func (s *planState) mixture(t in, cat category) (gguf.Type, error) {
 		}
 	// The ATTENTION_QKV branch upstream (Q4_K_M -> Q5_K …) comes after the attn_v test in the same else-if
 	// chain and can never run.
-	case cat == catFFNGate:
-		if _, err := s.layerInfo(s.iGate, t.Name); err != nil {
+	case cat == catFFNGate || cat == catFFNUp:
+		counter := &s.iGate
+		if cat == catFFNUp {
+			counter = &s.iUp
+		}
+		i, err := s.layerInfo(*counter, t.Name)
+		if err != nil {
 			return 0, err
 		}
-		s.iGate++ // only IQ3_XS changes ffn_gate
-	case cat == catFFNUp:
-		if _, err := s.layerInfo(s.iUp, t.Name); err != nil {
-			return 0, err
+		if ft == gguf.FileTypeIQ3_XS && i >= s.nLayer/8 && i < 7*s.nLayer/8 {
+			nt = gguf.TypeIQ3_XXS
 		}
-		s.iUp++ // only IQ3_XS changes ffn_up
+		*counter++
 	}
 	return nt, nil
+}
+
+// requiresImatrix is tensor_requires_imatrix (src/llama-quant.cpp): the lattice types that cannot be
+// quantized usefully without an importance matrix, and Q2_K inside a Q2_K_S file; never the token embedding
+// or the output tensor.
+func requiresImatrix(name string, to gguf.Type, ft gguf.FileType) bool {
+	if cat := categoryOf(name); cat == catTokenEmbd || cat == catOutput {
+		return false
+	}
+	switch to {
+	case gguf.TypeIQ3_XXS, gguf.TypeIQ2_XXS, gguf.TypeIQ2_XS, gguf.TypeIQ2_S, gguf.TypeIQ1_M, gguf.TypeIQ1_S:
+		return true
+	case gguf.TypeQ2_K:
+		return ft == gguf.FileTypeQ2_K_S
+	}
+	return false
 }
 
 // fallback is tensor_type_fallback: a type whose block does not divide the row length is replaced by a

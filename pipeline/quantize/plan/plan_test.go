@@ -561,10 +561,10 @@ func TestRequantize(t *testing.T) {
 		t.Errorf("Q8_0 -> Q8_0: converted %d, requantize %v, %v", p.Converted, p.Requantize, err)
 	}
 	// Input types the kernels cannot read are refused even when allowed.
-	ts[3].Type = gguf.TypeIQ2_XXS
+	ts[3].Type = gguf.TypeMXFP4
 	var ue *UnsupportedError
 	if _, err := Make(l.arch, l.info(), ts, gguf.FileTypeQ4_K_M, Overrides{AllowRequantize: true}); !errors.As(err, &ue) {
-		t.Errorf("IQ2_XXS input: %v, want *UnsupportedError", err)
+		t.Errorf("MXFP4 input: %v, want *UnsupportedError", err)
 	}
 }
 
@@ -641,8 +641,8 @@ func TestOrderAndInputChecks(t *testing.T) {
 		!strings.Contains(err.Error(), "qwen35moe") {
 		t.Errorf("llama: %v", err)
 	}
-	if _, err := Make("qwen3", info, nil, gguf.FileType(19), Overrides{}); !errors.As(err, &ue) {
-		t.Errorf("IQ2_XXS file type: %v", err)
+	if _, err := Make("qwen3", info, nil, gguf.FileType(38), Overrides{}); !errors.As(err, &ue) {
+		t.Errorf("MXFP4_MOE file type: %v", err)
 	}
 	if _, err := Make("qwen3", ModelInfo{BlockCount: 513}, nil, gguf.FileTypeQ8_0, Overrides{}); err == nil {
 		t.Error("block_count 513 accepted")
@@ -707,6 +707,8 @@ func FuzzMakePlan(f *testing.F) {
 	f.Add("blk.0.attn_v.weight", uint64(896), uint64(128), uint64(1), uint8(1), uint8(15), true)
 	f.Add("blk.3.ffn_down_exps.weight", uint64(512), uint64(256), uint64(8), uint8(1), uint8(12), false)
 	f.Add("token_embd.weight", uint64(100), uint64(7), uint64(1), uint8(0), uint8(2), true)
+	f.Add("blk.2.ffn_down.weight", uint64(768), uint64(64), uint64(1), uint8(1), uint8(19), true) // IQ2_XXS
+	f.Add("blk.1.attn_q.weight", uint64(256), uint64(64), uint64(1), uint8(1), uint8(23), false)  // IQ3_XXS
 	f.Fuzz(func(t *testing.T, name string, d0, d1, d2 uint64, typ, ft uint8, experts bool) {
 		info := ModelInfo{BlockCount: 4, HeadCount: 8, HeadCountKV: 2}
 		if experts {
@@ -714,7 +716,7 @@ func FuzzMakePlan(f *testing.F) {
 		}
 		ts := []TensorDesc{{Name: name, Type: gguf.Type(typ % 40), Shape: []uint64{d0, d1, d2}},
 			{Name: "blk.1.attn_v.weight", Type: gguf.TypeF16, Shape: []uint64{256, 64}}}
-		p, err := Make("qwen3moe", info, ts, gguf.FileType(ft%33), Overrides{})
+		p, err := Make("qwen3moe", info, ts, gguf.FileType(ft%38), Overrides{HasImatrix: experts})
 		if err != nil {
 			return
 		}

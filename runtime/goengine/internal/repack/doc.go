@@ -28,8 +28,8 @@
 //     frees it as before.
 //
 // The ggml tensor layout is taken from the cgo type Ollama's package was
-// built with (reflection over its struct fields), so it cannot drift from the
-// header. Anything unexpected (a field missing, a pointer-sized field that is
+// built with (package ggmlabi: reflection over its struct fields), so it
+// cannot drift from the header. Anything unexpected (a field missing, a pointer-sized field that is
 // not) disables repacking with an error instead of guessing. Two internal
 // ggml layouts are mirrored from Ollama v0.24.0's sources in q6k.cpp (the
 // buffer type's context slot, checked at run time against the public

@@ -13,35 +13,30 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"regexp"
 	"sort"
 	"unsafe"
 
 	"github.com/ollama/ollama/ml"
-	"github.com/ollama/ollama/ml/backend/ggml"
+
+	"github.com/phonellm/phonellm/runtime/goengine/internal/ggmlabi"
 )
 
 // Set once, when the package is initialised: before any engine exists, so
 // no graph can be running while ggml-cpu's tables change.
 var (
-	lay        layout
+	lay        ggmlabi.Layout
 	enabled    bool  // CPU_REPACK is one of ggml-cpu's extra buffer types
 	q6kEnabled bool  // and the Q6_K kernel (q6k.cpp) is plugged in
 	initErr    error // why not
 )
 
 func init() {
-	f, ok := reflect.TypeOf(ggml.Backend{}).FieldByName("tensors")
-	if !ok || f.Type.Kind() != reflect.Map || f.Type.Elem().Kind() != reflect.Pointer {
-		initErr = errors.New("repack: ggml.Backend has no tensors map of pointers")
+	if lay, initErr = ggmlabi.TensorLayout(); initErr != nil {
 		return
 	}
-	if lay, initErr = tensorLayout(f.Type.Elem().Elem()); initErr != nil {
-		return
-	}
-	offs := []C.size_t{C.size_t(lay.typ), C.size_t(lay.buffer), C.size_t(lay.ne), C.size_t(lay.nb),
-		C.size_t(lay.op), C.size_t(lay.src), C.size_t(lay.data), C.size_t(lay.extra)}
+	offs := []C.size_t{C.size_t(lay.Type), C.size_t(lay.Buffer), C.size_t(lay.Ne), C.size_t(lay.Nb),
+		C.size_t(lay.Op), C.size_t(lay.Src), C.size_t(lay.Data), C.size_t(lay.Extra)}
 	switch C.phonellm_repack_enable(&offs[0]) {
 	case 0:
 		initErr = errors.New("repack: ggml-cpu has no CPU_REPACK buffer type")
@@ -96,11 +91,6 @@ func (p *Packed) Free() {
 	}
 }
 
-// layout holds the offsets of the ggml_tensor fields used here.
-type layout struct {
-	typ, buffer, ne, nb, op, src, viewSrc, data, extra uintptr
-}
-
 // Model rearranges the eligible weights of b, which must be Ollama's ggml
 // backend after Load and before any concurrent use. It returns a nil *Packed
 // and zero Stats when nothing was eligible.
@@ -109,15 +99,14 @@ func Model(b ml.Backend) (*Packed, Stats, error) {
 	if !enabled {
 		return nil, st, initErr
 	}
-	gb, ok := b.(*ggml.Backend)
-	if !ok {
-		return nil, st, fmt.Errorf("repack: backend %T is not Ollama's ggml backend", b)
+	weights, err := ggmlabi.Weights(b)
+	if err != nil {
+		return nil, st, fmt.Errorf("repack: %w", err)
 	}
-	tensors := reflect.ValueOf(gb).Elem().FieldByName("tensors")
 	ptrs := map[string]unsafe.Pointer{}
-	for it := tensors.MapRange(); it.Next(); {
-		if name := it.Key().String(); matrix.MatchString(name) {
-			ptrs[name] = it.Value().UnsafePointer()
+	for name, t := range weights {
+		if matrix.MatchString(name) {
+			ptrs[name] = unsafe.Pointer(t)
 		}
 	}
 	names := make([]string, 0, len(ptrs))
@@ -141,12 +130,12 @@ func Model(b ml.Backend) (*Packed, Stats, error) {
 			}
 			p = &Packed{buf: buf}
 		}
-		bufField, extraField := (*unsafe.Pointer)(unsafe.Add(t, lay.buffer)), (*unsafe.Pointer)(unsafe.Add(t, lay.extra))
+		bufField, extraField := (*unsafe.Pointer)(unsafe.Add(t, lay.Buffer)), (*unsafe.Pointer)(unsafe.Add(t, lay.Extra))
 		var done C.int
 		if typ == typeQ6K {
 			done = C.phonellm_q6k_tag(p.buf, bufField, extraField)
 		} else {
-			data := *(*unsafe.Pointer)(unsafe.Add(t, lay.data))
+			data := *(*unsafe.Pointer)(unsafe.Add(t, lay.Data))
 			tmp = append(tmp[:0], unsafe.Slice((*byte)(data), n)...)
 			done = C.phonellm_repack_tensor(p.buf, t, bufField, extraField, unsafe.Pointer(&tmp[0]), C.size_t(n))
 		}
@@ -168,65 +157,22 @@ func Model(b ml.Backend) (*Packed, Stats, error) {
 // eligible reports the byte size and type of t when it is an allocated,
 // contiguous 2-D matrix of a type handled here (the repack code wants rows
 // in groups of 8; the Q6_K kernel takes any number).
-func eligible(t unsafe.Pointer, lay layout) (int64, int32, bool) {
-	typ := *(*int32)(unsafe.Add(t, lay.typ))
+func eligible(t unsafe.Pointer, lay ggmlabi.Layout) (int64, int32, bool) {
+	typ := *(*int32)(unsafe.Add(t, lay.Type))
 	bl, ok := blocks[typ]
 	if !ok {
 		return 0, 0, false
 	}
-	ne := (*[4]int64)(unsafe.Add(t, lay.ne))
-	nb := (*[4]uint64)(unsafe.Add(t, lay.nb))
+	ne := (*[4]int64)(unsafe.Add(t, lay.Ne))
+	nb := (*[4]uint64)(unsafe.Add(t, lay.Nb))
 	switch {
-	case *(*unsafe.Pointer)(unsafe.Add(t, lay.viewSrc)) != nil,
-		*(*unsafe.Pointer)(unsafe.Add(t, lay.data)) == nil,
-		*(*unsafe.Pointer)(unsafe.Add(t, lay.buffer)) == nil,
-		*(*unsafe.Pointer)(unsafe.Add(t, lay.extra)) != nil,
+	case *(*unsafe.Pointer)(unsafe.Add(t, lay.ViewSrc)) != nil,
+		*(*unsafe.Pointer)(unsafe.Add(t, lay.Data)) == nil,
+		*(*unsafe.Pointer)(unsafe.Add(t, lay.Buffer)) == nil,
+		*(*unsafe.Pointer)(unsafe.Add(t, lay.Extra)) != nil,
 		ne[2] != 1, ne[3] != 1, ne[1] <= 0, ne[1]%8 != 0 && typ != typeQ6K, ne[0]%bl.elems != 0,
 		nb[0] != uint64(bl.bytes), nb[1] != uint64(ne[0]/bl.elems*bl.bytes):
 		return 0, 0, false
 	}
 	return ne[1] * int64(nb[1]), typ, true
-}
-
-// tensorLayout reads the offsets of struct ggml_tensor's fields from the cgo
-// type Ollama's package was compiled with, and checks their kinds.
-func tensorLayout(st reflect.Type) (layout, error) {
-	if st.Kind() != reflect.Struct {
-		return layout{}, fmt.Errorf("repack: tensor type %v is not a struct", st)
-	}
-	field := func(name string, kind reflect.Kind, size uintptr) (uintptr, error) {
-		f, ok := st.FieldByName(name)
-		if !ok {
-			return 0, fmt.Errorf("repack: struct ggml_tensor has no field %q", name)
-		}
-		if f.Type.Kind() != kind || f.Type.Size() != size {
-			return 0, fmt.Errorf("repack: struct ggml_tensor field %q is %v (%d bytes), want %v (%d bytes)", name, f.Type, f.Type.Size(), kind, size)
-		}
-		return f.Offset, nil
-	}
-	var l layout
-	var err error
-	ptr := unsafe.Sizeof(uintptr(0))
-	steps := []struct {
-		dst  *uintptr
-		name string
-		kind reflect.Kind
-		size uintptr
-	}{
-		{&l.typ, "_type", reflect.Uint32, 4},
-		{&l.buffer, "buffer", reflect.Pointer, ptr},
-		{&l.ne, "ne", reflect.Array, 32},
-		{&l.nb, "nb", reflect.Array, 4 * ptr},
-		{&l.op, "op", reflect.Uint32, 4},
-		{&l.src, "src", reflect.Array, 10 * ptr},
-		{&l.viewSrc, "view_src", reflect.Pointer, ptr},
-		{&l.data, "data", reflect.UnsafePointer, ptr},
-		{&l.extra, "extra", reflect.UnsafePointer, ptr},
-	}
-	for _, s := range steps {
-		if *s.dst, err = field(s.name, s.kind, s.size); err != nil {
-			return layout{}, err
-		}
-	}
-	return l, nil
 }
