@@ -24,6 +24,9 @@ type replicaStats struct {
 	probesOK     uint64
 	probesFailed uint64
 	ttfb         httpx.Histogram
+	hits, misses uint64 // answers that reported their prompt tokens: reused at least half of it, or not
+	promptTokens uint64
+	cachedTokens uint64
 }
 
 func newReplicaStats() replicaStats {
@@ -165,9 +168,64 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, rep := range p.reps {
 		rep.stats.ttfb.Write(&b, "phonellm_gateway_replica_time_to_first_byte_seconds", replicaLabel(rep))
 	}
+	g.writeCacheMetrics(&b, p)
 	p.mu.Unlock()
 	family("phonellm_gateway_uptime_seconds", "gauge", "Seconds since the gateway started.")
 	fmt.Fprintf(&b, "phonellm_gateway_uptime_seconds %s\n", strconv.FormatFloat(time.Since(m.start).Seconds(), 'f', 3, 64))
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = io.WriteString(w, b.String())
+}
+
+// writeCacheMetrics writes the prompt-cache counters and the routing estimates. Called with p.mu held.
+func (g *Gateway) writeCacheMetrics(b *strings.Builder, p *pool) {
+	family := func(name, typ, help string) { httpx.WriteFamily(b, name, typ, help) }
+	family("phonellm_gateway_routed_total", "counter", "Slots given to requests, by routing decision (holder: a replica holding the request's prefix; spill: every holder busy and waiting was expected to cost more than a miss elsewhere; new: a key without a live holder; load: unkeyed or load-only).")
+	for _, d := range routeDecisions {
+		fmt.Fprintf(b, "phonellm_gateway_routed_total{%s} %d\n", httpx.Label("decision", d), p.routed[d])
+	}
+	family("phonellm_gateway_affinity_keys", "gauge", "Routing keys remembered.")
+	fmt.Fprintf(b, "phonellm_gateway_affinity_keys %d\n", len(p.keys.m))
+	type counter struct {
+		name, help string
+		val        func(*replica) uint64
+	}
+	for _, c := range []counter{
+		{"phonellm_gateway_replica_cache_hits_total", "Answers that reported reusing at least half of their prompt from the replica's cache.", func(r *replica) uint64 { return r.stats.hits }},
+		{"phonellm_gateway_replica_cache_misses_total", "Answers that reported their prompt tokens and reused less than half of them.", func(r *replica) uint64 { return r.stats.misses }},
+		{"phonellm_gateway_replica_prompt_tokens_total", "Prompt tokens of the answers that reported them.", func(r *replica) uint64 { return r.stats.promptTokens }},
+		{"phonellm_gateway_replica_cached_tokens_total", "Of those, the tokens the replica reused from its cache.", func(r *replica) uint64 { return r.stats.cachedTokens }},
+	} {
+		family(c.name, "counter", c.help)
+		for _, rep := range p.reps {
+			fmt.Fprintf(b, "%s{%s} %d\n", c.name, replicaLabel(rep), c.val(rep))
+		}
+	}
+	type gauge struct {
+		name, help string
+		val        func(*replica) (float64, bool)
+	}
+	e := func(v ewma) (float64, bool) { return v.v, v.n > 0 }
+	for _, gg := range []gauge{
+		{"phonellm_gateway_replica_cache_hit_rate", "Cached prompt tokens / prompt tokens of the answers that reported them (token-level prompt-cache hit rate).", func(r *replica) (float64, bool) {
+			if r.stats.promptTokens == 0 {
+				return 0, false
+			}
+			return float64(r.stats.cachedTokens) / float64(r.stats.promptTokens), true
+		}},
+		{"phonellm_gateway_replica_prefill_hit_seconds", "Moving average of the prompt evaluation time the replica reported for hits.", func(r *replica) (float64, bool) { return e(r.est.prefillHit) }},
+		{"phonellm_gateway_replica_prefill_miss_seconds", "Moving average of the prompt evaluation time the replica reported for misses.", func(r *replica) (float64, bool) { return e(r.est.prefillMiss) }},
+		{"phonellm_gateway_replica_prompt_token_seconds", "Seconds per evaluated prompt token (slope of the moving least-squares fit of reported prompt time against evaluated tokens).", func(r *replica) (float64, bool) {
+			_, b := r.est.prefill.coef()
+			return b, r.est.prefill.n > 0
+		}},
+		{"phonellm_gateway_replica_queue_wait_seconds", "Moving average of the time requests routed to the replica waited in the gateway's queue.", func(r *replica) (float64, bool) { return e(r.est.queue) }},
+		{"phonellm_gateway_replica_cached_keys", "Routing keys whose prefix the replica is taken to hold.", func(r *replica) (float64, bool) { return float64(len(r.recent)), true }},
+	} {
+		family(gg.name, "gauge", gg.help)
+		for _, rep := range p.reps {
+			if v, ok := gg.val(rep); ok {
+				fmt.Fprintf(b, "%s{%s} %s\n", gg.name, replicaLabel(rep), httpx.FormatFloat(v))
+			}
+		}
+	}
 }
