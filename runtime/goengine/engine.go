@@ -49,7 +49,9 @@ type Options struct {
 	// BatchSize bounds the tokens evaluated in one forward pass (summed over
 	// all slots); default 512, at most ContextLength.
 	BatchSize int
-	// KVCacheType is "f16" (default), "q8_0" or "q4_0".
+	// KVCacheType is "f16" (default), "q8_0" or "q4_0". The quantized types need FlashAttention: without it
+	// Ollama's engine stores V transposed, one value per row, which a block-quantized tensor cannot hold (ggml
+	// aborts), and their key and value head sizes must be multiples of the 32-value block.
 	KVCacheType string
 	// FlashAttention enables the fused attention kernel.
 	FlashAttention bool
@@ -74,8 +76,21 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0 or q4_0", o.KVCacheType)
 	}
+	if quantizedKV(o.KVCacheType) && !o.FlashAttention {
+		return &OptionsError{Msg: fmt.Sprintf("goengine: kv cache type %s needs flash attention (Ollama's engine keeps V transposed without it, which a quantized cache cannot hold)", o.KVCacheType)}
+	}
 	return nil
 }
+
+func quantizedKV(t string) bool { return t == "q8_0" || t == "q4_0" }
+
+// OptionsError reports engine options that cannot work together.
+type OptionsError struct{ Msg string }
+
+func (e *OptionsError) Error() string { return e.Msg }
+
+// InputError classifies the error (pipeline.IsInputError).
+func (e *OptionsError) InputError() bool { return true }
 
 // Engine is a engine.Engine over Ollama's Go engine.
 type Engine struct {
@@ -120,6 +135,15 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	kv, err := precheck(o.Path)
 	if err != nil {
 		return nil, err
+	}
+	if quantizedKV(o.KVCacheType) {
+		// ggml quantizes whole 32-value blocks: a head of another size makes the cache tensor's rows
+		// unaddressable and ggml aborts the process.
+		if k, v := kv.EmbeddingHeadCountK(), kv.EmbeddingHeadCountV(); k%32 != 0 || v%32 != 0 {
+			return nil, &engine.UnsupportedError{Path: o.Path,
+				Reason: fmt.Sprintf("a %s KV cache needs key and value heads of a multiple of 32 values; this model's are %d and %d", o.KVCacheType, k, v),
+				Hint:   "use --kv-type f16"}
+		}
 	}
 	// The vocabulary is checked before any weights are loaded: a hostile one is refused by name.
 	tk, err := loadTokenizer(o.Path)
@@ -224,13 +248,16 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		ID: o.ID, Path: o.Path, Architecture: kv.Architecture(), Engine: "goengine",
 		ContextLength: o.ContextLength, TrainContextLength: train, Parallel: o.Parallel,
 		Threads: o.Threads, BatchSize: o.BatchSize, VocabSize: len(e.vocab.Values),
-		HasChatTemplate: src != "", RepackedTensors: e.repacked.Tensors,
+		HasChatTemplate: src != "", RepackedTensors: e.repacked.Tensors, ResumesAtCheckpoints: e.recurrent,
 	}
 	e.cond = sync.NewCond(&e.mu)
 	e.sem = make(chan struct{}, o.Parallel)
 	e.slots = make([]*slot, o.Parallel)
 	for i := range e.slots {
 		e.slots[i] = &slot{id: i}
+		if e.recurrent {
+			e.slots[i].ck = newCkStore(ollamaRule)
+		}
 	}
 	e.loopDone = make(chan struct{})
 	go e.loop()
