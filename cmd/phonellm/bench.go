@@ -90,6 +90,7 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 	f.IntVar(&vsPrompt, "vs-prompt", 512, "with --vs-llamacpp: prompt tokens")
 	f.IntVar(&vsGen, "vs-gen", 64, "with --vs-llamacpp: generated tokens")
 	cmd.AddCommand(newBenchQuantizeCmd(a))
+	cmd.AddCommand(newBenchFleetCmd(a))
 	return cmd
 }
 
