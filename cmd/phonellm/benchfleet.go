@@ -18,11 +18,11 @@ import (
 
 type benchFleetFlags struct {
 	gatewayURL, apiKeyEnv, workload, arch, kvType, affinity, model string
-	replicas, threads, parallel, ctx                                  int
-	gen                                                               bench.GenerateSpec
-	maxTokens, concurrency, requests, rounds                          int
-	duration, timeout                                                 time.Duration
-	compare                                                           bool
+	replicas, threads, parallel, ctx                               int
+	gen                                                            bench.GenerateSpec
+	maxTokens, concurrency, requests, rounds                       int
+	duration, timeout                                              time.Duration
+	compare                                                        bool
 }
 
 func newBenchFleetCmd(a *app) *cobra.Command {
