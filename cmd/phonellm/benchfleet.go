@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/phonellm/phonellm/internal/benchdata"
+	"github.com/phonellm/phonellm/internal/benchdata/fleet"
 	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/runtime/bench"
@@ -128,7 +129,7 @@ func runBenchFleet(a *app, cmd *cobra.Command, fl benchFleetFlags) error {
 		model := fl.model
 		if model == "" {
 			a.io.Printf("model: a generated %s-shaped Q4_K_M in %s (made once)\n", fl.arch, benchdata.Dir())
-			if model, err = benchdata.FleetModel(a.ctx, fl.arch, a.reporter()); err != nil {
+			if model, err = fleet.Model(a.ctx, fl.arch, a.reporter()); err != nil {
 				return err
 			}
 		}

@@ -25,8 +25,9 @@ type shipFlags struct {
 	target, model, phone, name, apiKeyEnv, prompt string
 	replicas, ctx, parallel, gatewayPort          int
 	force, dryRun                                 bool
-	network                                       string
+	network, kvType                               string
 	timeout                                       time.Duration
+	warm                                          []string
 }
 
 func newShipCmd(a *app) *cobra.Command {
@@ -49,6 +50,13 @@ model from the Hub, so a real deploy needs it published first ('phonellm publish
 plan — lifetime, cost, RAM floor — and stops before anything is signed; it can be planned before publishing
 (with a placeholder model URL, labelled as such).
 
+Prompt reuse: every replica evaluates the deployment's shared prefixes at start (--warm FILE, default the
+workspace's warm: list; each a rubric sent as the system message), and ship then sends each once through the
+gateway, so the first real request of every rubric is routed to a replica that holds it. Phones get a
+host-memory prompt cache (llama-server --cache-ram) sized by the fit check from the profile's headroom, and
+--ctx-checkpoints for hybrid models; --kv-type q8_0 or q4_0 (default the workspace's kv_cache) quantizes the
+KV cache on every replica, and the fit check counts it.
+
 The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'); --force ships anyway.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runShip(a, fl) },
@@ -68,6 +76,8 @@ The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'
 	f.BoolVar(&fl.dryRun, "dry-run", false, "acurast: build the bundle and print the plan; sign nothing")
 	f.StringVar(&fl.network, "network", "mainnet", "acurast network: mainnet or canary")
 	f.DurationVar(&fl.timeout, "ready-timeout", 5*time.Minute, "how long to wait for the replicas to be ready")
+	f.StringArrayVar(&fl.warm, "warm", nil, "text file of a shared prefix (a rubric sent as the system message) every replica evaluates at start (repeatable; default: the workspace's warm: list)")
+	f.StringVar(&fl.kvType, "kv-type", "", "KV cache type of the replicas: f16, q8_0 or q4_0 (default: the workspace's kv_cache, else f16)")
 	return cmd
 }
 
@@ -103,7 +113,8 @@ func runShip(a *app, fl shipFlags) error {
 	}
 	res, err := deploy.Run(a.ctx, deploy.Options{Target: target, Model: path, Workspace: ws, Name: fl.name,
 		Replicas: fl.replicas, Ctx: fl.ctx, Parallel: fl.parallel, Phone: fl.phone, APIKeyEnv: fl.apiKeyEnv,
-		Prompt: fl.prompt, Force: fl.force, DryRun: fl.dryRun, ReadyTimeout: fl.timeout, Version: buildVersion().Version},
+		Prompt: fl.prompt, Force: fl.force, DryRun: fl.dryRun, ReadyTimeout: fl.timeout, Version: buildVersion().Version,
+		Warm: fl.warm, KVType: fl.kvType},
 		a.reporter())
 	if err != nil {
 		return shipError(a.ctx, err)
@@ -167,6 +178,9 @@ func printShip(w io.Writer, r deploy.Result) {
 	if r.Answer != "" || r.LatencyMS > 0 {
 		fmt.Fprintf(w, "first answer in %.0f ms: %q\n", r.LatencyMS, r.Answer)
 	}
+	for _, p := range r.Warm {
+		fmt.Fprintf(w, "warm-up %d through the gateway: %d prompt tokens, %d cached, %.0f ms\n", p.Prefix+1, p.PromptTokens, p.CachedTokens, p.MS)
+	}
 }
 
 // printPlan is the acurast dry run's summary: what would be deployed, for how long, on which phones, at what
@@ -181,6 +195,9 @@ func printPlan(w io.Writer, r deploy.Result, p acurast.Plan) {
 	}
 	if r.Bundle != nil {
 		fmt.Fprintf(w, "  bundle    %s (%s, sha256 %s)\n", r.Bundle.Path, ui.HumanBytes(r.Bundle.Size), r.Bundle.SHA256)
+	}
+	if pc := r.PromptCache; pc != nil {
+		fmt.Fprintf(w, "  cache     --cache-ram %d MiB per phone: %s\n", pc.Bytes>>20, pc.Basis)
 	}
 	fmt.Fprintf(w, "  script    %s\n  config    %s\n", p.Script, p.ConfigPath)
 	phones := fmt.Sprintf("%d on %s, one job each", len(p.Projects), p.Network)

@@ -322,6 +322,9 @@ func PhoneConfig(spec deploy.Spec, version string) (deploy.PhoneConfig, error) {
 		return deploy.PhoneConfig{}, err
 	}
 	c := deploy.NewPhoneConfig(spec, version)
+	if c.Warm, err = deploy.ReadWarm(spec.Warm); err != nil {
+		return deploy.PhoneConfig{}, err
+	}
 	c.TunnelKeyEnv = TunnelKeyEnv
 	if o.Network == "canary" {
 		c.Tunnel = deploy.CanaryTunnel

@@ -111,8 +111,9 @@ func New(o Options) (*Fleet, error) {
 }
 
 // DefaultCommand runs this executable's serve command: `serve MODEL --port P --threads T --parallel S --host
-// 127.0.0.1 [--alias ID] [--ctx C] [--batch B] [--flash-attn] [--api-key-env NAME]`. The alias is the spec's
-// model ID, so the replicas serve the model under the name clients (and the gateway) ask for.
+// 127.0.0.1 [--alias ID] [--ctx C] [--batch B] [--flash-attn] [--api-key-env NAME] [--kv-type T] [--warm
+// FILE...]`. The alias is the spec's model ID, so the replicas serve the model under the name clients (and the
+// gateway) ask for; each replica warms the spec's shared prefixes before it reports ready.
 func DefaultCommand(spec deploy.Spec, p Plan) ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -134,6 +135,12 @@ func DefaultCommand(spec deploy.Spec, p Plan) ([]string, error) {
 	}
 	if p.APIKeyEnv != "" {
 		argv = append(argv, "--api-key-env", p.APIKeyEnv)
+	}
+	if spec.KVType != "" && spec.KVType != "f16" {
+		argv = append(argv, "--kv-type", spec.KVType)
+	}
+	for _, w := range spec.Warm {
+		argv = append(argv, "--warm", w)
 	}
 	return argv, nil
 }
