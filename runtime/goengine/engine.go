@@ -143,15 +143,6 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		f.Close()
 		return nil, err
 	}
-	if quantizedKV(o.KVCacheType) {
-		// ggml quantizes whole 32-value blocks: a head of another size makes the cache tensor's rows
-		// unaddressable and ggml aborts the process.
-		if k, v := kv.EmbeddingHeadCountK(), kv.EmbeddingHeadCountV(); k%32 != 0 || v%32 != 0 {
-			return nil, &engine.UnsupportedError{Path: o.Path,
-				Reason: fmt.Sprintf("a %s KV cache needs key and value heads of a multiple of 32 values; this model's are %d and %d", o.KVCacheType, k, v),
-				Hint:   "use --kv-type f16"}
-		}
-	}
 	// The vocabulary is checked before any weights are loaded: a hostile one is refused by name.
 	tk, err := loadTokenizer(f)
 	f.Close()
