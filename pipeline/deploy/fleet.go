@@ -177,6 +177,21 @@ type ReplicaStatus struct {
 	// error of the check.
 	Detail json.RawMessage `json:"detail,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Cache is what the replica reported about reusing prompts, when it is known: counted by the deployment's
+	// gateway (local target) or by the phone's entrypoint.
+	Cache *CacheStats `json:"cache,omitempty"`
+}
+
+// CacheStats counts the answers of a replica that reported their prompt tokens: Hits reused at least half of
+// the prompt from the replica's cache; HitRate is CachedTokens/PromptTokens.
+type CacheStats struct {
+	Requests     int64   `json:"requests"`
+	Hits         int64   `json:"hits"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	CachedTokens int64   `json:"cached_tokens"`
+	HitRate      float64 `json:"hit_rate"`
+	// Source says who counted: "gateway" or "replica".
+	Source string `json:"source"`
 }
 
 // Endpoint is a replica URL a gateway routes to.

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/phonellm/phonellm/runtime/gateway"
 )
 
 // FleetOptions configure RunFleet. URL and Workload are required; the zero value of the rest is usable.
@@ -375,86 +376,12 @@ func scrapeReplicas(ctx context.Context, o *FleetOptions) (map[string]ReplicaRes
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		return map[string]ReplicaResult{}, nil
 	}
-	return parseReplicaMetrics(io.LimitReader(resp.Body, 16<<20)), nil
-}
-
-// parseReplicaMetrics reads phonellm's gateway counters per replica from Prometheus text.
-func parseReplicaMetrics(r io.Reader) map[string]ReplicaResult {
 	out := map[string]ReplicaResult{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || !strings.HasPrefix(name, "phonellm_gateway_replica_") {
-			continue
-		}
-		labels, val, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil {
-			continue
-		}
-		rep := label(labels, "replica")
-		if rep == "" {
-			continue
-		}
-		rr := out[rep]
-		rr.Name = rep
-		switch name {
-		case "phonellm_gateway_replica_requests_total":
-			if label(labels, "code") == "200" {
-				rr.Requests += int64(v)
-			}
-		case "phonellm_gateway_replica_cache_hits_total":
-			rr.Hits = int64(v)
-		case "phonellm_gateway_replica_cache_misses_total":
-			rr.Misses = int64(v)
-		case "phonellm_gateway_replica_prompt_tokens_total":
-			rr.PromptTokens = int64(v)
-		case "phonellm_gateway_replica_cached_tokens_total":
-			rr.CachedTokens = int64(v)
-		default:
-			continue
-		}
-		out[rep] = rr
+	for name, c := range gateway.ParseReplicaMetrics(io.LimitReader(resp.Body, 16<<20)) {
+		out[name] = ReplicaResult{Name: name, Requests: c.Requests, Hits: c.Hits, Misses: c.Misses, PromptTokens: c.PromptTokens,
+			CachedTokens: c.CachedTokens}
 	}
-	return out
-}
-
-// label returns a label's value from `a="x",b="y"` (values as httpx.Label escapes them).
-func label(labels, name string) string {
-	for labels != "" {
-		k, rest, ok := strings.Cut(labels, "=\"")
-		if !ok {
-			return ""
-		}
-		var v strings.Builder
-		i := 0
-		for ; i < len(rest) && rest[i] != '"'; i++ {
-			if rest[i] == '\\' && i+1 < len(rest) {
-				i++
-				switch rest[i] {
-				case 'n':
-					v.WriteByte('\n')
-				default:
-					v.WriteByte(rest[i])
-				}
-				continue
-			}
-			v.WriteByte(rest[i])
-		}
-		if strings.TrimSpace(k) == name {
-			return v.String()
-		}
-		if i >= len(rest) {
-			return ""
-		}
-		labels = strings.TrimPrefix(rest[i+1:], ",")
-	}
-	return ""
+	return out, nil
 }
 
 func aggregate(mode string, phases []Phase) ModeResult {

@@ -200,3 +200,29 @@ func TestSSEUsage(t *testing.T) {
 		t.Errorf("oversized line: %+v, buffer %d", s.u, cap(s.line))
 	}
 }
+
+func TestParseReplicaMetrics(t *testing.T) {
+	text := `# HELP phonellm_gateway_replica_requests_total x
+phonellm_gateway_replica_requests_total{replica="replica-0",code="200"} 12
+phonellm_gateway_replica_requests_total{replica="replica-0",code="500"} 3
+phonellm_gateway_replica_requests_total{replica="a \"quoted\" \\ name",code="200"} 2
+phonellm_gateway_replica_cache_hits_total{replica="replica-0"} 10
+phonellm_gateway_replica_cache_misses_total{replica="replica-0"} 2
+phonellm_gateway_replica_prompt_tokens_total{replica="replica-0"} 84000
+phonellm_gateway_replica_cached_tokens_total{replica="replica-0"} 63000
+phonellm_gateway_replica_time_to_first_byte_seconds_bucket{replica="replica-0",le="0.5"} 4
+phonellm_gateway_requests_total{code="200"} 14
+garbage{replica="x"} notanumber
+`
+	m := ParseReplicaMetrics(strings.NewReader(text))
+	r := m["replica-0"]
+	if r.Requests != 12 || r.Hits != 10 || r.Misses != 2 || r.PromptTokens != 84000 || r.CachedTokens != 63000 {
+		t.Errorf("replica-0: %+v", r)
+	}
+	if q := m[`a "quoted" \ name`]; q.Requests != 2 {
+		t.Errorf("escaped name: %+v (all %v)", q, m)
+	}
+	if len(m) != 2 {
+		t.Errorf("%d replicas: %v", len(m), m)
+	}
+}

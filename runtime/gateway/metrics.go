@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net/http"
@@ -228,4 +229,99 @@ func (g *Gateway) writeCacheMetrics(b *strings.Builder, p *pool) {
 			}
 		}
 	}
+}
+
+// ReplicaCounters are a replica's counters on a phonellm gateway's /metrics.
+type ReplicaCounters struct {
+	Requests     int64 // attempts answered 200
+	Hits, Misses int64 // answers that reported their prompt: reused at least half of it, or not
+	PromptTokens int64
+	CachedTokens int64
+}
+
+// HitRate is CachedTokens/PromptTokens (0 before any answer).
+func (c ReplicaCounters) HitRate() float64 {
+	if c.PromptTokens <= 0 {
+		return 0
+	}
+	return float64(c.CachedTokens) / float64(c.PromptTokens)
+}
+
+// ParseReplicaMetrics reads the per-replica counters of a phonellm gateway's /metrics (Prometheus text), by
+// replica name; lines it does not know are skipped. Callers bound the reader.
+func ParseReplicaMetrics(r io.Reader) map[string]ReplicaCounters {
+	out := map[string]ReplicaCounters{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || !strings.HasPrefix(name, "phonellm_gateway_replica_") {
+			continue
+		}
+		labels, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		rep := label(labels, "replica")
+		if rep == "" {
+			continue
+		}
+		rr := out[rep]
+		switch name {
+		case "phonellm_gateway_replica_requests_total":
+			if label(labels, "code") == "200" {
+				rr.Requests += int64(v)
+			}
+		case "phonellm_gateway_replica_cache_hits_total":
+			rr.Hits = int64(v)
+		case "phonellm_gateway_replica_cache_misses_total":
+			rr.Misses = int64(v)
+		case "phonellm_gateway_replica_prompt_tokens_total":
+			rr.PromptTokens = int64(v)
+		case "phonellm_gateway_replica_cached_tokens_total":
+			rr.CachedTokens = int64(v)
+		default:
+			continue
+		}
+		out[rep] = rr
+	}
+	return out
+}
+
+// label returns a label's value from `a="x",b="y"` (values as httpx.Label escapes them).
+func label(labels, name string) string {
+	for labels != "" {
+		k, rest, ok := strings.Cut(labels, "=\"")
+		if !ok {
+			return ""
+		}
+		var v strings.Builder
+		i := 0
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			if rest[i] == '\\' && i+1 < len(rest) {
+				i++
+				switch rest[i] {
+				case 'n':
+					v.WriteByte('\n')
+				default:
+					v.WriteByte(rest[i])
+				}
+				continue
+			}
+			v.WriteByte(rest[i])
+		}
+		if strings.TrimSpace(k) == name {
+			return v.String()
+		}
+		if i >= len(rest) {
+			return ""
+		}
+		labels = strings.TrimPrefix(rest[i+1:], ",")
+	}
+	return ""
 }
