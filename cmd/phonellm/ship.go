@@ -15,6 +15,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/deploy"
 	"github.com/phonellm/phonellm/pipeline/deploy/acurast"
 	"github.com/phonellm/phonellm/pipeline/deploy/local"
+	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
 )
@@ -28,6 +29,7 @@ type shipFlags struct {
 	network, kvType                               string
 	timeout                                       time.Duration
 	warm                                          []string
+	capacity                                      capacityFlags
 }
 
 func newShipCmd(a *app) *cobra.Command {
@@ -57,9 +59,13 @@ host-memory prompt cache (llama-server --cache-ram) sized by the fit check from 
 --ctx-checkpoints for hybrid models; --kv-type q8_0 or q4_0 (default the workspace's kv_cache) quantizes the
 KV cache on every replica, and the fit check counts it.
 
+Capacity planning (--reviews-per-hour, --prompt-tokens, --shared-tokens, --latency, as in 'phonellm fit'): the
+plan says how many phones the workload needs and what they cost per hour at the Acurast plan's price, and
+warns when --replicas is fewer; with --dry-run nothing is spent finding out.
+
 The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'); --force ships anyway.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runShip(a, fl) },
+		RunE: func(cmd *cobra.Command, args []string) error { return runShip(a, cmd, fl) },
 	}
 	f := cmd.Flags()
 	f.IntVar(&fl.replicas, "replicas", 1, "number of replicas (phones)")
@@ -78,10 +84,11 @@ The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'
 	f.DurationVar(&fl.timeout, "ready-timeout", 5*time.Minute, "how long to wait for the replicas to be ready")
 	f.StringArrayVar(&fl.warm, "warm", nil, "text file of a shared prefix (a rubric sent as the system message) every replica evaluates at start (repeatable; default: the workspace's warm: list)")
 	f.StringVar(&fl.kvType, "kv-type", "", "KV cache type of the replicas: f16, q8_0 or q4_0 (default: the workspace's kv_cache, else f16)")
+	fl.capacity.add(cmd)
 	return cmd
 }
 
-func runShip(a *app, fl shipFlags) error {
+func runShip(a *app, cmd *cobra.Command, fl shipFlags) error {
 	if fl.apiKeyEnv == "" && getenv("PHONELLM_API_KEY", "") != "" {
 		// serve and gateway require PHONELLM_API_KEY when it is set; the replicas, the gateway and the first
 		// request must agree on it, so it is the deployment's key too.
@@ -111,10 +118,18 @@ func runShip(a *app, fl shipFlags) error {
 	if err != nil {
 		return err
 	}
+	var capacity *fit.CapacityOptions
+	if fl.capacity.active(cmd) {
+		co, err := fl.capacity.options(cmd)
+		if err != nil {
+			return err
+		}
+		capacity = &co
+	}
 	res, err := deploy.Run(a.ctx, deploy.Options{Target: target, Model: path, Workspace: ws, Name: fl.name,
 		Replicas: fl.replicas, Ctx: fl.ctx, Parallel: fl.parallel, Phone: fl.phone, APIKeyEnv: fl.apiKeyEnv,
 		Prompt: fl.prompt, Force: fl.force, DryRun: fl.dryRun, ReadyTimeout: fl.timeout, Version: buildVersion().Version,
-		Warm: fl.warm, KVType: fl.kvType},
+		Warm: fl.warm, KVType: fl.kvType, Capacity: capacity},
 		a.reporter())
 	if err != nil {
 		return shipError(a.ctx, err)
@@ -181,6 +196,9 @@ func printShip(w io.Writer, r deploy.Result) {
 	for _, p := range r.Warm {
 		fmt.Fprintf(w, "warm-up %d through the gateway: %d prompt tokens, %d cached, %.0f ms\n", p.Prefix+1, p.PromptTokens, p.CachedTokens, p.MS)
 	}
+	if c := r.Capacity; c != nil {
+		printCapacity(w, *c)
+	}
 }
 
 // printPlan is the acurast dry run's summary: what would be deployed, for how long, on which phones, at what
@@ -198,6 +216,9 @@ func printPlan(w io.Writer, r deploy.Result, p acurast.Plan) {
 	}
 	if pc := r.PromptCache; pc != nil {
 		fmt.Fprintf(w, "  cache     --cache-ram %d MiB per phone: %s\n", pc.Bytes>>20, pc.Basis)
+	}
+	if c := r.Capacity; c != nil {
+		printCapacity(w, *c)
 	}
 	fmt.Fprintf(w, "  script    %s\n  config    %s\n", p.Script, p.ConfigPath)
 	phones := fmt.Sprintf("%d on %s, one job each", len(p.Projects), p.Network)

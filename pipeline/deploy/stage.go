@@ -105,6 +105,9 @@ type Options struct {
 	// check counts it; phones get -ctk/-ctv, local replicas --kv-type (with flash attention, which Ollama's
 	// engine needs for a quantized cache).
 	KVType string
+	// Capacity, when set, plans how many phones the workload needs and what they cost (fit.RunCapacity on the
+	// shipped model and profile); the result reports it, and a note says when Replicas is fewer.
+	Capacity *fit.CapacityOptions
 }
 
 // Result is what ship did. JSON field names are the `phonellm ship --json` output.
@@ -125,7 +128,9 @@ type Result struct {
 	// (phone targets); the fit verdict counts it.
 	PromptCache *fit.PromptCache `json:"prompt_cache,omitempty"`
 	// Warm is what the warm-up requests sent through the gateway reported.
-	Warm      []Primed            `json:"warm,omitempty"`
+	Warm []Primed `json:"warm,omitempty"`
+	// Capacity is the capacity plan, when Options.Capacity asked for one.
+	Capacity  *fit.CapacityPlan   `json:"capacity,omitempty"`
 	Plan      json.RawMessage     `json:"plan,omitempty"`
 	Bundle    *BundleRef          `json:"bundle,omitempty"`
 	Artifacts []pipeline.Artifact `json:"artifacts,omitempty"`
@@ -248,6 +253,17 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		res.PromptCache, cacheRAM = &pc, pc.Bytes
 	}
 	res.Fit = &fr.Verdict
+	if o.Capacity != nil {
+		plan, err := fit.RunCapacity(fo, *o.Capacity)
+		if err != nil {
+			return res, err
+		}
+		res.Capacity = &plan
+		if plan.ReviewsPerHour > 0 && o.Replicas < plan.Replicas.Lo {
+			rep.Note(pipeline.Warn, fmt.Sprintf("%d replicas for %.0f reviews per hour: the capacity plan needs %d–%d", o.Replicas,
+				plan.ReviewsPerHour, plan.Replicas.Lo, plan.Replicas.Hi))
+		}
+	}
 	if !fr.Verdict.Fits {
 		nf := &NotFitError{Model: filepath.Base(o.Model), Phone: o.Phone, Ctx: o.Ctx, Parallel: o.Parallel, Fit: fr}
 		if !o.Force {

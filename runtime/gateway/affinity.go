@@ -86,81 +86,107 @@ type keyMessage struct {
 	Content json.RawMessage `json:"content"`
 }
 
-// keyOf returns the routing key of a POST body for path, with the request's model. ok is false when the
-// request has no key in this mode (routed by load); a *httpx.Error is a client mistake to answer with 400 (a
-// prompt_cache_key that is not a string or is longer than MaxCacheKeyBytes). A body that is not JSON has no key:
-// the replica answers it.
-func keyOf(body []byte, path string, o *AffinityOptions) (key uint64, model string, ok bool, apiErr *httpx.Error) {
+// reqKey is what keyOf found: the routing key (ok false: none, route by load), the request's model, how many
+// bytes of content the key covers (the shared part, as far as the request shows it: the system messages or the
+// prefix; 0 for a prompt_cache_key) and how many bytes of content the request holds in all.
+type reqKey struct {
+	key           uint64
+	model         string
+	ok            bool
+	shared, total int
+}
+
+// keyOf returns the routing key of a POST body for path, with the request's model. A *httpx.Error is a client
+// mistake to answer with 400 (a prompt_cache_key that is not a string or is longer than MaxCacheKeyBytes). A
+// body that is not JSON has no key: the replica answers it.
+func keyOf(body []byte, path string, o *AffinityOptions) (reqKey, *httpx.Error) {
 	chat := strings.HasSuffix(path, "/chat/completions")
 	if !chat && !strings.HasSuffix(path, "/completions") {
-		return 0, "", false, nil
+		return reqKey{}, nil
 	}
 	var b keyBody
 	if json.Unmarshal(body, &b) != nil {
-		return 0, "", false, nil
+		return reqKey{}, nil
+	}
+	k := reqKey{model: b.Model}
+	var contents [][]byte
+	if chat {
+		for _, m := range b.Messages {
+			c := contentBytes(m.Content)
+			contents = append(contents, c)
+			k.total += len(c)
+		}
+	}
+	var prompt []byte
+	if !chat {
+		prompt, _ = promptBytes(b.Prompt)
+		k.total = len(prompt)
 	}
 	h := newKeyHash(b.Model)
 	if raw := bytes.TrimSpace(b.PromptCacheKey); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
 		var s string
 		if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-			return 0, b.Model, false, httpx.BadRequest("prompt_cache_key", "invalid_type", "prompt_cache_key must be a string")
+			return k, httpx.BadRequest("prompt_cache_key", "invalid_type", "prompt_cache_key must be a string")
 		}
 		if len(s) > MaxCacheKeyBytes {
-			return 0, b.Model, false, httpx.BadRequest("prompt_cache_key", "string_above_max_length",
+			return k, httpx.BadRequest("prompt_cache_key", "string_above_max_length",
 				"Invalid 'prompt_cache_key': string too long: %d bytes, at most %d.", len(s), MaxCacheKeyBytes)
 		}
 		if s != "" {
 			h.part("cache_key", s)
-			return h.sum(), b.Model, true, nil
+			k.key, k.ok = h.sum(), true
+			return k, nil
 		}
 	}
 	if o.Mode == AffinityOff {
-		return 0, b.Model, false, nil
+		return k, nil
 	}
 	if chat {
 		if o.Mode != AffinityPrefix {
 			n := 0
-			for _, m := range b.Messages {
+			for i, m := range b.Messages {
 				if m.Role != "system" && m.Role != "developer" {
 					break
 				}
 				// A developer message is rendered as a system message by phonellm serve (and by OpenAI).
 				h.part("system", "")
-				h.raw(contentBytes(m.Content))
+				h.raw(contents[i])
+				k.shared += len(contents[i])
 				n++
 			}
 			if n > 0 {
-				return h.sum(), b.Model, true, nil
+				k.key, k.ok = h.sum(), true
+				return k, nil
 			}
 			if o.Mode == AffinitySystem {
-				return 0, b.Model, false, nil
+				return k, nil
 			}
 		}
 		if len(b.Messages) == 0 {
-			return 0, b.Model, false, nil
+			return k, nil
 		}
 		// The first KeyBytes of the conversation: roles and contents in order.
 		left := o.KeyBytes
 		h.part("prefix", "")
-		for _, m := range b.Messages {
+		for i, m := range b.Messages {
 			if left <= 0 {
 				break
 			}
 			left -= h.capped([]byte(m.Role+"\x00"), left)
-			left -= h.capped(contentBytes(m.Content), left)
+			n := h.capped(contents[i], left)
+			left -= n
+			k.shared += n
 		}
-		return h.sum(), b.Model, true, nil
+		k.key, k.ok = h.sum(), true
+		return k, nil
 	}
-	if o.Mode == AffinitySystem {
-		return 0, b.Model, false, nil
-	}
-	p, ok := promptBytes(b.Prompt)
-	if !ok || len(p) == 0 {
-		return 0, b.Model, false, nil
+	if o.Mode == AffinitySystem || len(prompt) == 0 {
+		return k, nil
 	}
 	h.part("prefix", "")
-	h.capped(p, o.KeyBytes)
-	return h.sum(), b.Model, true, nil
+	k.shared = h.capped(prompt, o.KeyBytes)
+	k.key, k.ok = h.sum(), true
+	return k, nil
 }
 
 // contentBytes is a message content as text: a string's value, the text parts of an array concatenated (other

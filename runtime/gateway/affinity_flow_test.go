@@ -173,7 +173,8 @@ func TestAffinityFailover(t *testing.T) {
 		}()
 	}
 	waitFor(t, "60 answers", func() bool { return sent.Load() >= 60 })
-	k, _, _, _ := keyOf([]byte(rubricBody(0, 0)), "/v1/chat/completions", &g.o.Affinity)
+	rk, _ := keyOf([]byte(rubricBody(0, 0)), "/v1/chat/completions", &g.o.Affinity)
+	k := rk.key
 	var victim int
 	g.pool.mu.Lock()
 	ks := g.pool.keys.m[k]

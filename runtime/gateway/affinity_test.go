@@ -28,11 +28,11 @@ func TestKeyOf(t *testing.T) {
 	const cc = "/v1/chat/completions"
 	key := func(body, path string, o *AffinityOptions) (uint64, bool) {
 		t.Helper()
-		k, _, ok, err := keyOf([]byte(body), path, o)
+		k, err := keyOf([]byte(body), path, o)
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
-		return k, ok
+		return k.key, k.ok
 	}
 	rubricA := chat("m", "system", "Rubric A: score fraud 1-5.", "user", "case one")
 	rubricA2 := chat("m", "system", "Rubric A: score fraud 1-5.", "user", "a different case")
@@ -116,14 +116,23 @@ func TestKeyOfRefusesBadCacheKeys(t *testing.T) {
 		{`{"prompt_cache_key":42,"messages":[{"role":"user","content":"a"}]}`, "must be a string"},
 		{`{"prompt_cache_key":{"a":1},"prompt":"x"}`, "must be a string"},
 	} {
-		_, _, _, err := keyOf([]byte(c.body), "/v1/chat/completions", &o)
+		_, err := keyOf([]byte(c.body), "/v1/chat/completions", &o)
 		if err == nil || err.Status != 400 || err.Param == nil || *err.Param != "prompt_cache_key" || !strings.Contains(err.Message, c.want) ||
 			strings.Contains(err.Message, "\n") {
 			t.Errorf("%.60s: %+v, want a one-line 400 on prompt_cache_key with %q", c.body, err, c.want)
 		}
 	}
-	if _, _, ok, err := keyOf([]byte(`{"prompt_cache_key":"`+strings.Repeat("k", MaxCacheKeyBytes)+`","prompt":"x"}`), "/v1/completions", &o); err != nil || !ok {
-		t.Errorf("a 1024-byte key: ok %v, %v", ok, err)
+	if k, err := keyOf([]byte(`{"prompt_cache_key":"`+strings.Repeat("k", MaxCacheKeyBytes)+`","prompt":"x"}`), "/v1/completions", &o); err != nil || !k.ok {
+		t.Errorf("a 1024-byte key: ok %v, %v", k.ok, err)
+	}
+	// What a key covers: the system messages' bytes (the shared part), and the request's content in all.
+	k, _ := keyOf([]byte(chat("m", "system", "0123456789", "system", "abc", "user", "hello")), "/v1/chat/completions", &o)
+	if !k.ok || k.shared != 13 || k.total != 18 {
+		t.Errorf("system key covers %d of %d bytes, want 13 of 18", k.shared, k.total)
+	}
+	k, _ = keyOf([]byte(chat("m", "user", strings.Repeat("x", 5000))), "/v1/chat/completions", &o)
+	if !k.ok || k.shared != 4096-5 || k.total != 5000 {
+		t.Errorf("prefix key covers %d of %d bytes, want %d of 5000", k.shared, k.total, 4096-5)
 	}
 }
 

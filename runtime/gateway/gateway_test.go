@@ -319,8 +319,8 @@ func FuzzParsers(f *testing.F) {
 		o := AffinityOptions{}
 		o.defaults()
 		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
-			if key, _, ok, apiErr := keyOf(b, path, &o); ok && (key == 0 || apiErr != nil) {
-				t.Fatalf("keyOf: key %d, ok, error %v", key, apiErr)
+			if k, apiErr := keyOf(b, path, &o); k.ok && (k.key == 0 || apiErr != nil || k.shared > k.total+len("user\x00")) {
+				t.Fatalf("keyOf: %+v, error %v", k, apiErr)
 			}
 		}
 		if u := parseUsage(b); u.known && (u.prompt < 0 || u.cached < 0 || u.cached > u.prompt || u.promptSec < 0) {

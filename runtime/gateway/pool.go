@@ -43,6 +43,7 @@ type lease struct {
 	r      *replica
 	key    *keyState // nil: unkeyed
 	held   bool      // the replica held the key's prefix before this request
+	bytes  int       // content bytes of the request
 	why    string    // routing decision
 	start  time.Time // slot taken
 	expect float64   // expected service seconds
@@ -176,6 +177,9 @@ func (p *pool) acquire(ctx context.Context, rq *routeReq) (*lease, error) {
 	now := time.Now()
 	if rq.key != 0 && rq.ks == nil {
 		rq.ks = p.keys.get(rq.key, now)
+		if rq.ks.sharedBytes == 0 {
+			rq.ks.sharedBytes = rq.sharedBytes
+		}
 	}
 	c := p.choose(rq, now, p.queuedWork())
 	if c.r != nil {
@@ -223,7 +227,7 @@ func (p *pool) acquire(ctx context.Context, rq *routeReq) (*lease, error) {
 func (p *pool) take(c choice, rq *routeReq, since, now time.Time) *lease {
 	r := c.r
 	r.inflight++
-	l := &lease{r: r, key: rq.ks, why: c.why, start: now, expect: c.expect, queued: now.Sub(since)}
+	l := &lease{r: r, key: rq.ks, why: c.why, start: now, expect: c.expect, queued: now.Sub(since), bytes: rq.bytes}
 	r.active = append(r.active, l)
 	if ks := rq.ks; ks != nil && ks.elem != nil {
 		// From now on the replica holds (or is computing) the key's prefix: the key's next requests wait for

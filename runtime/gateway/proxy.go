@@ -53,16 +53,17 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	rq := &routeReq{tried: map[*replica]bool{}, loadOnly: routingOverride(r)}
 	r.Header.Del(RoutingHeader)
 	if r.Method == http.MethodPost {
-		key, model, ok, apiErr := keyOf(body, r.URL.Path, &g.o.Affinity)
+		k, apiErr := keyOf(body, r.URL.Path, &g.o.Affinity)
 		if apiErr != nil {
 			httpx.WriteError(w, apiErr)
 			return
 		}
-		if ok {
-			rq.key = key
+		if k.ok {
+			rq.key, rq.sharedBytes = k.key, k.shared
 		}
+		rq.bytes = k.total
 		if g.pool.modelRouting(time.Now()) {
-			rq.model = model
+			rq.model = k.model
 		}
 	}
 	ctx := r.Context()

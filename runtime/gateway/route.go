@@ -95,16 +95,20 @@ type estimates struct {
 	prefillHit  ewma   // reported prompt-evaluation seconds of requests that reused at least half their prompt
 	prefillMiss ewma   // ... and of the others
 	queue       ewma   // seconds the requests routed to it waited in the gateway's queue
+	tokPerByte  ewma   // prompt tokens per byte of request content (the fleet's: the prior of a new key's share)
 }
 
 // keyState is what the gateway knows about one routing key.
 type keyState struct {
-	id       uint64
-	holders  []*replica // replicas holding the key's prefix, most recent first
-	prompt   ewma       // prompt tokens of its requests
-	shared   ewma       // tokens its requests reused on a holder: the length of the shared prefix
-	lastSeen time.Time
-	elem     *list.Element
+	id      uint64
+	holders []*replica // replicas holding the key's prefix, most recent first
+	prompt  ewma       // prompt tokens of its requests
+	shared  ewma       // tokens its requests reused on a holder: the length of the shared prefix
+	// sharedBytes is the content the key covers, in bytes (its system messages or prefix), as its first request
+	// showed: before a hit is seen, the shared prefix is taken to be that many bytes' worth of tokens.
+	sharedBytes int
+	lastSeen    time.Time
+	elem        *list.Element
 }
 
 // keyTable remembers at most max keys; the least recently used goes first.
@@ -146,11 +150,13 @@ func (t *keyTable) forget(ks *keyState) {
 
 // routeReq is what routing needs to know about a request.
 type routeReq struct {
-	model    string
-	key      uint64 // 0: no key, route by load
-	loadOnly bool   // route by load even if keyed (RoutingHeader); the key's statistics still learn
-	tried    map[*replica]bool
-	ks       *keyState // looked up by acquire
+	model       string
+	key         uint64 // 0: no key, route by load
+	sharedBytes int    // content bytes the key covers (0: unknown)
+	bytes       int    // content bytes of the request, for the tokens-per-byte estimate
+	loadOnly    bool   // route by load even if keyed (RoutingHeader); the key's statistics still learn
+	tried       map[*replica]bool
+	ks          *keyState // looked up by acquire
 }
 
 // Routing decisions, for metrics.
@@ -335,10 +341,26 @@ func (p *pool) service(r *replica, ks *keyState, hit bool) float64 {
 	} else {
 		prompt = pick(&r.est.prompt, &p.est.prompt)
 	}
-	if hit && ks != nil && ks.shared.n > 0 {
-		prompt = max(prompt-ks.shared.v, 1)
+	if hit {
+		if shared := p.sharedTokens(ks); shared > 0 {
+			prompt = max(prompt-shared, 1)
+		}
 	}
 	return base + p.prefill(r).at(prompt)
+}
+
+// sharedTokens is the key's shared prefix in tokens: what its hits reused, or before any, the bytes its first
+// request showed as shared at the fleet's tokens per byte; 0 when unknown.
+func (p *pool) sharedTokens(ks *keyState) float64 {
+	switch {
+	case ks == nil:
+		return 0
+	case ks.shared.n > 0:
+		return ks.shared.v
+	case ks.sharedBytes > 0 && p.est.tokPerByte.n > 0:
+		return float64(ks.sharedBytes) * p.est.tokPerByte.v
+	}
+	return 0
 }
 
 // prefill is r's prompt-evaluation model, or the fleet's while r has not reported any.
@@ -384,8 +406,8 @@ func (p *pool) evictPenalty(r *replica, ks *keyState, now time.Time) float64 {
 		return 0
 	}
 	tokens := victim.prompt.v
-	if victim.shared.n > 0 {
-		tokens = victim.shared.v
+	if shared := p.sharedTokens(victim); shared > 0 {
+		tokens = shared
 	}
 	return tokens * p.perToken(r)
 }
@@ -482,6 +504,9 @@ func (p *pool) learn(l *lease, u usage, service time.Duration, now time.Time) {
 	r := l.r
 	st := &r.stats
 	sec := service.Seconds()
+	if u.known && l.bytes > 0 && u.prompt > 0 {
+		p.est.tokPerByte.add(float64(u.prompt) / float64(l.bytes))
+	}
 	if u.known {
 		st.promptTokens += uint64(u.prompt)
 		st.cachedTokens += uint64(u.cached)

@@ -274,3 +274,27 @@ func TestLinfit(t *testing.T) {
 		t.Error("NaN prediction")
 	}
 }
+
+// TestChooseSharedPrior: before a key has hit, its shared prefix is taken from what its first request showed
+// as shared (the system message's bytes) at the fleet's tokens per byte, so a busy holder keeps the key's next
+// request from the start instead of the first requests spreading (and evicting each other) as if nothing were
+// shared. The same request with nothing known shared spills, as TestChooseBeforeMeasuring shows.
+func TestChooseSharedPrior(t *testing.T) {
+	p, r := testPool(t, 2, 1)
+	now := time.Now()
+	for _, x := range r {
+		measured(x, 0.001, 0.1)
+	}
+	p.est.tokPerByte = ewma{v: 0.25, n: 1}
+	ks := key(p, 1, 7000, 0, now)
+	ks.sharedBytes = 25200 // 6,300 tokens at 0.25 per byte
+	busy(p, r[0], ks, 0.8, now)
+	c := p.choose(&routeReq{key: 1, ks: ks}, now, nil)
+	if c.r != nil || c.target != r[0] || c.expect < 0.79 || c.expect > 0.81 {
+		t.Fatalf("%+v, want to wait for r0 expecting a 0.8 s hit", c)
+	}
+	ks.sharedBytes = 0
+	if c := p.choose(&routeReq{key: 1, ks: ks}, now, nil); c.r != r[1] {
+		t.Fatalf("nothing known shared: %+v, want r1", c)
+	}
+}
