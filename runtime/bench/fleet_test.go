@@ -210,3 +210,31 @@ func TestRunFleetCompare(t *testing.T) {
 		t.Errorf("empty workload: %v", err)
 	}
 }
+
+// FuzzWorkloadSpec: any workload file is parsed (or refused with a one-line input error) without crashing, and
+// loading it never reads outside what it names or accepts an empty workload.
+func FuzzWorkloadSpec(f *testing.F) {
+	f.Add([]byte("rubrics: [a, {file: r.txt}]\ncases: [b]\nmax_tokens: 4\n"))
+	f.Add([]byte(`{"generate": {"rubrics": 3, "cases": 2, "prompt_tokens": 100, "share": 0.9}}`))
+	f.Add([]byte("rubrics: [{file: /dev/zero}]\ncases: [x]"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := ParseWorkloadSpec("w.yaml", b)
+		if err != nil {
+			if !isInput(err) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("%v", err)
+			}
+			return
+		}
+		if s.Generate != nil {
+			_ = s.Generate.Validate()
+			return
+		}
+		w, err := s.Load(filepath.Join(t.TempDir(), "w.yaml"))
+		if err == nil && (len(w.Rubrics) == 0 || len(w.Cases) == 0) {
+			t.Fatalf("an empty workload was accepted: %+v", w)
+		}
+		if err != nil && (!isInput(err) || strings.Contains(err.Error(), "\n")) {
+			t.Fatalf("%v", err)
+		}
+	})
+}

@@ -120,6 +120,12 @@ func ReadWorkloadSpec(path string) (WorkloadSpec, error) {
 	if err != nil {
 		return s, &WorkloadError{Path: path, Msg: err.Error()}
 	}
+	return ParseWorkloadSpec(path, b)
+}
+
+// ParseWorkloadSpec parses the bytes of a workload file (path names it in errors).
+func ParseWorkloadSpec(path string, b []byte) (WorkloadSpec, error) {
+	var s WorkloadSpec
 	if len(b) > maxWorkloadFile {
 		return s, &WorkloadError{Path: path, Msg: fmt.Sprintf("larger than %d bytes (put long texts in files of their own)", maxWorkloadFile)}
 	}
@@ -130,6 +136,9 @@ func ReadWorkloadSpec(path string) (WorkloadSpec, error) {
 			return s, &WorkloadError{Path: path, Msg: "empty (want rubrics and cases, or generate)"}
 		}
 		return s, &WorkloadError{Path: path, Msg: strings.ReplaceAll(err.Error(), "\n", "; ")}
+	}
+	if len(s.Rubrics)+len(s.Cases) > maxTexts {
+		return s, &WorkloadError{Path: path, Msg: fmt.Sprintf("%d texts, at most %d", len(s.Rubrics)+len(s.Cases), maxTexts)}
 	}
 	return s, nil
 }
