@@ -199,3 +199,13 @@ func TestPlanCapacityAnchors(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownProfileIsInputError: a phone profile nobody defined is bad input wherever it is named (fit, ship,
+// capacity planning), one line listing the known ones.
+func TestUnknownProfileIsInputError(t *testing.T) {
+	_, err := RunCapacity(Options{Config: "unused.json", Phone: "17gb"}, CapacityOptions{PromptTokens: 100})
+	var ue *UnknownProfileError
+	if !errors.As(err, &ue) || !pipeline.IsInputError(err) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "16gb") {
+		t.Fatalf("%v", err)
+	}
+}

@@ -179,6 +179,9 @@ type UnknownProfileError struct {
 	Known []string
 }
 
+// InputError classifies the error (pipeline.IsInputError): the profile named is not one the set has.
+func (e *UnknownProfileError) InputError() bool { return true }
+
 func (e *UnknownProfileError) Error() string {
 	return fmt.Sprintf("fit: unknown phone profile %q (known: %s)", e.Name, strings.Join(e.Known, ", "))
 }
