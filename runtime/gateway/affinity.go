@@ -17,7 +17,8 @@ import (
 // AffinityMode says how requests are keyed for prefix-affine routing.
 type AffinityMode string
 
-// Affinity modes. In every mode but off, a client's prompt_cache_key field (OpenAI's) is the key when present.
+// Affinity modes. In every mode but off, a client's prompt_cache_key field (OpenAI's) is the key when present
+// (and checked: at most MaxCacheKeyBytes); off reads nothing of a request but its model.
 const (
 	// AffinityAuto keys a request by its leading system and developer messages (the rendered rubric every
 	// request of one task shares), else by the first KeyBytes of its prompt.

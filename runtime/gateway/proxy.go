@@ -52,7 +52,14 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	rq := &routeReq{tried: map[*replica]bool{}, loadOnly: routingOverride(r)}
 	r.Header.Del(RoutingHeader)
-	if r.Method == http.MethodPost {
+	switch {
+	case r.Method != http.MethodPost:
+	case g.o.Affinity.Mode == AffinityOff:
+		// Routed by load: the body is read only for its model, when replicas serve different ones.
+		if g.pool.modelRouting(time.Now()) {
+			rq.model = requestModel(body)
+		}
+	default:
 		k, apiErr := keyOf(body, r.URL.Path, &g.o.Affinity)
 		if apiErr != nil {
 			httpx.WriteError(w, apiErr)
@@ -343,6 +350,17 @@ func copyHeader(dst, src http.Header) {
 func isEventStream(h http.Header) bool {
 	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	return err == nil && mt == "text/event-stream"
+}
+
+// requestModel returns the "model" field of a JSON body, or "".
+func requestModel(body []byte) string {
+	var m struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	return m.Model
 }
 
 func writeHeld(w http.ResponseWriter, h *held) {
