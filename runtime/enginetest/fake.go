@@ -60,8 +60,9 @@ type Options struct {
 // with Qwen's three special tokens, a "model" whose most likely next token
 // follows Options.Reply and whose other logits are pseudo-random functions
 // of the context, real sampling (engine.Sampler), stop handling
-// (engine.TextStream), parallel slots with a per-slot prefix cache, and
-// cancellation between tokens. It passes the same conformance suite
+// (engine.TextStream), parallel slots with a per-slot prefix cache (chosen as
+// goengine chooses: the most reuse less what it destroys of another request's
+// CacheBoundary), and cancellation between tokens. It passes the same conformance suite
 // (Run) as the real engines.
 type Fake struct {
 	o    Options
