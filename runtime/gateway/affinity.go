@@ -97,12 +97,16 @@ type reqKey struct {
 	shared, total int
 }
 
+// MaxKeyedBody bounds the requests keyOf parses: a larger body (no prompt of a phone's context is near it, and
+// parsing one costs the gateway time and memory) is routed by load, and the replica answers it.
+const MaxKeyedBody = 1 << 20
+
 // keyOf returns the routing key of a POST body for path, with the request's model. A *httpx.Error is a client
 // mistake to answer with 400 (a prompt_cache_key that is not a string or is longer than MaxCacheKeyBytes). A
-// body that is not JSON has no key: the replica answers it.
+// body that is not JSON, or larger than MaxKeyedBody, has no key: the replica answers it.
 func keyOf(body []byte, path string, o *AffinityOptions) (reqKey, *httpx.Error) {
 	chat := strings.HasSuffix(path, "/chat/completions")
-	if !chat && !strings.HasSuffix(path, "/completions") {
+	if (!chat && !strings.HasSuffix(path, "/completions")) || len(body) > MaxKeyedBody {
 		return reqKey{}, nil
 	}
 	var b keyBody

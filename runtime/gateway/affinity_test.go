@@ -99,7 +99,8 @@ func TestKeyOf(t *testing.T) {
 	if !ok || c1 != c2 || !tok || t1 == 0 {
 		t.Errorf("completion keys %d %d %d", c1, c2, t1)
 	}
-	for _, b := range []string{`{"model":"m","input":"x"}`, `not json`, `{"model":"m","messages":[]}`, `{"model":"m","prompt":""}`} {
+	huge := chat("m", "system", strings.Repeat("r", MaxKeyedBody), "user", "x")
+	for _, b := range []string{`{"model":"m","input":"x"}`, `not json`, `{"model":"m","messages":[]}`, `{"model":"m","prompt":""}`, huge} {
 		for _, path := range []string{cc, "/v1/completions", "/v1/embeddings"} {
 			if k, ok := key(b, path, &auto); ok {
 				t.Errorf("%s %s keyed %d", path, b, k)

@@ -215,7 +215,7 @@ func (g *Gateway) writeCacheMetrics(b *strings.Builder, p *pool) {
 		}},
 		{"phonellm_gateway_replica_prefill_hit_seconds", "Moving average of the prompt evaluation time the replica reported for hits.", func(r *replica) (float64, bool) { return e(r.est.prefillHit) }},
 		{"phonellm_gateway_replica_prefill_miss_seconds", "Moving average of the prompt evaluation time the replica reported for misses.", func(r *replica) (float64, bool) { return e(r.est.prefillMiss) }},
-		{"phonellm_gateway_replica_prompt_token_seconds", "Seconds per evaluated prompt token (slope of the moving least-squares fit of reported prompt time against evaluated tokens).", func(r *replica) (float64, bool) {
+		{"phonellm_gateway_replica_prompt_token_seconds", "Seconds per evaluated prompt token (slope of the line through the moving averages of the reported prompt time of hits and of misses).", func(r *replica) (float64, bool) {
 			_, b := r.est.prefill.coef()
 			return b, r.est.prefill.n > 0
 		}},

@@ -71,6 +71,9 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 		rq.bytes = k.total
 		if g.pool.modelRouting(time.Now()) {
 			rq.model = k.model
+			if len(body) > MaxKeyedBody {
+				rq.model = requestModel(body)
+			}
 		}
 	}
 	ctx := r.Context()

@@ -15,12 +15,15 @@ import (
 // first: waiting costs the holder's expected queue time (the remaining service of its requests in flight and
 // of the requests queued ahead for it, per slot) plus a hit's service; spilling costs a miss's service plus,
 // when the free replica's prefixes are all in use by other active keys, the miss it causes the key it evicts.
-// Service times come from what the replicas measured and reported (prompt evaluation seconds per token, and
-// the rest of each request as timed by the gateway) and from what each key's requests reused (its shared
-// tokens); until a key has been seen to hit, a hit is assumed to cost as much as a miss, so the gateway
-// routes by load until the replicas show that reuse pays. A key without a live holder goes to a free replica
-// whose eviction costs least, ties broken by rendezvous hashing of the key (so the same key prefers the same
-// replica across restarts and gateways); with no free replica it waits for the replica expected to free first.
+// Service times come from what the replicas measured and reported (prompt evaluation time against evaluated
+// tokens, and the rest of each request as timed by the gateway) and from what each key's requests reused (its
+// shared tokens). Until a key has been seen to hit, its shared tokens are the bytes its first request showed as
+// shared (the system messages, the keyed prefix) at the fleet's measured tokens per byte; with nothing known
+// (a prompt_cache_key, a cold gateway) a hit is assumed to cost as much as a miss, so the gateway routes by load
+// until the replicas show that reuse pays. A key without a live holder goes to a free replica
+// that has room for another prefix (the cheapest of those), else to the free replica whose miss plus eviction
+// costs least, ties broken by rendezvous hashing of the key (so the same key prefers the same replica across
+// restarts and gateways); with no free replica it waits for the replica expected to free first.
 // A replica never takes more requests than its slots.
 
 // ewmaWeight is the weight of a new sample in the moving averages.
@@ -44,44 +47,54 @@ func (e *ewma) add(x float64) {
 	e.n++
 }
 
-// linfit is an exponentially weighted least-squares fit of y = a + b·x (weights decay by ewmaWeight per
-// sample, as the moving averages do): prompt evaluation seconds against evaluated tokens, whose fixed part
-// (scheduling, the first batch's setup) would otherwise make the seconds per token of a short, cached
-// evaluation look many times those of a long one.
-type linfit struct {
-	n                   int
-	w, sx, sy, sxx, sxy float64
+// prefillFit is the prompt evaluation time of a replica as a line y = a + b·x through two moving averages:
+// the (evaluated tokens, seconds) of the evaluations that reused most of their prompt (short ones: hits) and of
+// the others (long ones: misses). Each class keeps its own average, so a long run of hits does not wash out what
+// a miss costs — a least-squares fit over recent samples would, and then a miss would look as cheap as a hit. The
+// fixed part (scheduling, the first batch's setup) is what makes a short evaluation's seconds per token look
+// many times a long one's; the line separates it from the per-token cost.
+type prefillFit struct {
+	hitX, hitY, missX, missY ewma
+	n                        int
 }
 
-func (f *linfit) add(x, y float64) {
-	if math.IsNaN(x) || math.IsInf(x, 0) || math.IsNaN(y) || math.IsInf(y, 0) {
+// add records one evaluation of x tokens in y seconds; hit says it reused most of its prompt.
+func (f *prefillFit) add(x, y float64, hit bool) {
+	if math.IsNaN(x) || math.IsInf(x, 0) || math.IsNaN(y) || math.IsInf(y, 0) || x <= 0 || y < 0 {
 		return
 	}
-	k := 1 - ewmaWeight
-	f.w, f.sx, f.sy, f.sxx, f.sxy = k*f.w+1, k*f.sx+x, k*f.sy+y, k*f.sxx+x*x, k*f.sxy+x*y
+	if hit {
+		f.hitX.add(x)
+		f.hitY.add(y)
+	} else {
+		f.missX.add(x)
+		f.missY.add(y)
+	}
 	f.n++
 }
 
-// coef returns the intercept and slope, both at least 0: a fit through the origin when the samples do not
-// spread enough in x (or the free fit's intercept would be negative).
-func (f *linfit) coef() (a, b float64) {
-	if f.n == 0 || f.sx <= 0 {
-		return 0, 0
-	}
-	mx, my := f.sx/f.w, f.sy/f.w
-	vx := f.sxx/f.w - mx*mx
-	if vx > (0.05*mx)*(0.05*mx) {
-		b = (f.sxy/f.w - mx*my) / vx
-		a = my - b*mx
+// coef returns the intercept and slope, both at least 0: the line through the two classes' averages when they
+// are apart in x, else a line through the origin and the average there is.
+func (f *prefillFit) coef() (a, b float64) {
+	h, m := f.hitX.n > 0, f.missX.n > 0
+	switch {
+	case h && m && f.missX.v > 1.1*f.hitX.v:
+		b = (f.missY.v - f.hitY.v) / (f.missX.v - f.hitX.v)
+		a = f.hitY.v - b*f.hitX.v
 		if b >= 0 && a >= 0 {
 			return a, b
 		}
+		return 0, max(f.missY.v/f.missX.v, 0)
+	case m:
+		return 0, max(f.missY.v/f.missX.v, 0)
+	case h:
+		return 0, max(f.hitY.v/f.hitX.v, 0)
 	}
-	return 0, max(my/mx, 0)
+	return 0, 0
 }
 
-// at predicts y at x.
-func (f *linfit) at(x float64) float64 {
+// at predicts the seconds of evaluating x tokens.
+func (f *prefillFit) at(x float64) float64 {
 	a, b := f.coef()
 	return a + b*x
 }
@@ -89,13 +102,13 @@ func (f *linfit) at(x float64) float64 {
 // estimates are what the gateway measured of a replica (or of the whole fleet, as the fallback for a replica
 // not measured yet).
 type estimates struct {
-	prefill     linfit // prompt evaluation seconds (as the replica reports them) against evaluated tokens
-	base        ewma   // seconds of a request besides prompt evaluation (generation, transfer), as the gateway times it
-	prompt      ewma   // prompt tokens per request
-	prefillHit  ewma   // reported prompt-evaluation seconds of requests that reused at least half their prompt
-	prefillMiss ewma   // ... and of the others
-	queue       ewma   // seconds the requests routed to it waited in the gateway's queue
-	tokPerByte  ewma   // prompt tokens per byte of request content (the fleet's: the prior of a new key's share)
+	prefill     prefillFit // prompt evaluation seconds (as the replica reports them) against evaluated tokens
+	base        ewma       // seconds of a request besides prompt evaluation (generation, transfer), as the gateway times it
+	prompt      ewma       // prompt tokens per request
+	prefillHit  ewma       // reported prompt-evaluation seconds of requests that reused at least half their prompt
+	prefillMiss ewma       // ... and of the others
+	queue       ewma       // seconds the requests routed to it waited in the gateway's queue
+	tokPerByte  ewma       // prompt tokens per byte of request content (the fleet's: the prior of a new key's share)
 }
 
 // keyState is what the gateway knows about one routing key.
@@ -247,6 +260,22 @@ func (p *pool) choose(rq *routeReq, now time.Time, queued map[*replica]float64) 
 		}
 	}
 	if len(holders) == 0 {
+		// A free replica with room for another prefix comes first: it evicts nothing, and the differences of
+		// speed between replicas are noisier than the miss an eviction is sure to cost.
+		var roomy *replica
+		roomyCost := math.Inf(1)
+		for _, c := range cands {
+			if !p.free(c) || p.evictPenalty(c, ks, now) > 0 {
+				continue
+			}
+			cost := p.service(c, ks, false)
+			if roomy == nil || cost < roomyCost || (cost == roomyCost && hrw(ks.id, c) > hrw(ks.id, roomy)) {
+				roomy, roomyCost = c, cost
+			}
+		}
+		if roomy != nil {
+			return choice{r: roomy, why: routeNew, expect: roomyCost}
+		}
 		if alt != nil {
 			return choice{r: alt, why: routeNew, expect: p.service(alt, ks, false)}
 		}
@@ -364,7 +393,7 @@ func (p *pool) sharedTokens(ks *keyState) float64 {
 }
 
 // prefill is r's prompt-evaluation model, or the fleet's while r has not reported any.
-func (p *pool) prefill(r *replica) *linfit {
+func (p *pool) prefill(r *replica) *prefillFit {
 	if r.est.prefill.n > 0 {
 		return &r.est.prefill
 	}
@@ -523,8 +552,8 @@ func (p *pool) learn(l *lease, u usage, service time.Duration, now time.Time) {
 				// The replica does not report its prompt time: count the whole request as prompt work.
 				prefill = sec
 			}
-			r.est.prefill.add(float64(ev), prefill)
-			p.est.prefill.add(float64(ev), prefill)
+			r.est.prefill.add(float64(ev), prefill, u.hit())
+			p.est.prefill.add(float64(ev), prefill, u.hit())
 			r.est.base.add(max(sec-prefill, 0))
 			p.est.base.add(max(sec-prefill, 0))
 		}

@@ -26,8 +26,8 @@ func testPool(t *testing.T, n, slots int) (*pool, []*replica) {
 
 // measured sets what a replica has measured: seconds per evaluated prompt token and the rest of a request.
 func measured(r *replica, perToken, base float64) {
-	r.est.prefill = linfit{}
-	r.est.prefill.add(1000, 1000*perToken)
+	r.est.prefill = prefillFit{}
+	r.est.prefill.add(1000, 1000*perToken, false)
 	r.est.base = ewma{v: base, n: 1}
 }
 
@@ -244,34 +244,46 @@ func TestKeyTableBound(t *testing.T) {
 	}
 }
 
-// TestLinfit: the fit recovers an exact line whatever the weights, falls back to a line through the origin when
-// the samples do not spread in x or the intercept would be negative, and predicts 0 before any sample.
-func TestLinfit(t *testing.T) {
+// TestPrefillFit: the line through the hits' and misses' averages recovers an exact line; a long run of hits
+// after a few misses does not lose what a miss costs (a least-squares fit over decaying samples would: its
+// slope would come from the hits' noise alone); one class only gives a line through the origin; a negative
+// intercept falls back to the misses' seconds per token; nothing known predicts 0.
+func TestPrefillFit(t *testing.T) {
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
-	var f linfit
+	var f prefillFit
 	if f.at(1000) != 0 {
 		t.Fatal("prediction before any sample")
 	}
-	for _, x := range []float64{43, 2874, 43, 43, 2874, 1500} {
-		f.add(x, 0.001+1e-4*x) // 1 ms fixed, 0.1 ms per token
-	}
+	line := func(x float64) float64 { return 0.001 + 1e-4*x } // 1 ms fixed, 0.1 ms per token
+	f.add(2874, line(2874), false)
+	f.add(43, line(43), true)
 	if a, b := f.coef(); !near(a, 0.001) || !near(b, 1e-4) {
 		t.Errorf("exact line: a=%v b=%v", a, b)
 	}
-	var same linfit
-	same.add(100, 0.5)
-	same.add(100, 0.7)
-	if a, b := same.coef(); a != 0 || !near(b, (0.5*0.8+0.7)/1.8/100) {
-		t.Errorf("one x: a=%v b=%v, want the weighted mean ratio through the origin", a, b)
+	// 200 hits whose times wobble by 20 %: the miss's cost stands.
+	for i := range 200 {
+		f.add(43+float64(i%3), line(43)*(0.9+0.1*float64(i%3)), true)
 	}
-	var neg linfit
-	neg.add(10, 0)
-	neg.add(1000, 1) // free fit: b ≈ 1.0101e-3, a < 0
-	if a, b := neg.coef(); a != 0 || b <= 0 {
+	if got := f.at(2874); got < 0.9*line(2874) || got > 1.1*line(2874) {
+		t.Errorf("a miss after 200 hits: %v s, want about %v", got, line(2874))
+	}
+	var hits prefillFit
+	hits.add(100, 0.5, true)
+	hits.add(100, 0.7, true)
+	if a, b := hits.coef(); a != 0 || !near(b, (0.5+0.2*(0.7-0.5))/100) {
+		t.Errorf("hits only: a=%v b=%v, want the average through the origin", a, b)
+	}
+	var neg prefillFit
+	neg.add(10, 0.5, true)
+	neg.add(1000, 1, false) // the line through them: b = 0.5/990, a = 0.5 - 10b > 0
+	if a, _ := neg.coef(); a <= 0 {
+		t.Errorf("positive intercept lost: %v", a)
+	}
+	var neg2 prefillFit
+	neg2.add(10, 0.001, true)
+	neg2.add(1000, 10, false) // a = 0.001 - 10·(9.999/990) < 0: through the origin at the misses' rate
+	if a, b := neg2.coef(); a != 0 || !near(b, 0.01) {
 		t.Errorf("negative intercept: a=%v b=%v", a, b)
-	}
-	if math.IsNaN(neg.at(5)) {
-		t.Error("NaN prediction")
 	}
 }
 
