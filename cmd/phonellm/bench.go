@@ -89,7 +89,7 @@ its prompt). 'phonellm bench quantize' measures quantization speed and memory in
 	f.BoolVar(&vs, "vs-llamacpp", false, "time upstream llama.cpp (node-llama-cpp, scripts/setup-oracle.sh) on the same file, threads and prompt, and report ratios")
 	f.IntVar(&vsPrompt, "vs-prompt", 512, "with --vs-llamacpp: prompt tokens")
 	f.IntVar(&vsGen, "vs-gen", 64, "with --vs-llamacpp: generated tokens")
-	cmd.AddCommand(newBenchQuantizeCmd(a), newBenchImatrixCmd(a))
+	cmd.AddCommand(newBenchQuantizeCmd(a), newBenchImatrixCmd(a), newBenchFleetCmd(a))
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
+	"github.com/phonellm/phonellm/pipeline/deploy"
 	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ func init() { register("build", newFitCmd) }
 func newFitCmd(a *app) *cobra.Command {
 	var o fit.Options
 	var fileType string
+	var cf capacityFlags
 	cmd := &cobra.Command{
 		Use:   "fit [MODEL.gguf] [--phone 16gb] [--ctx 8192] [--parallel 1] [--all]",
 		Short: "Will this GGUF run on that phone? Memory estimate, headroom, largest context and slots",
@@ -25,6 +27,12 @@ attention layers for ctx × parallel slots, recurrent state of Qwen3.5's delta-n
 runtime overhead) and compare it with a phone profile: verdict, headroom, the largest context and slot count that
 fit and, when it does not fit, the best quantization type or smaller model that would. --config sizes a model
 from its config.json alone (no weights). Exit code 4 when it does not fit.
+
+Capacity planning (--reviews-per-hour N, --prompt-tokens, --shared-tokens, --latency): estimates the phone's
+prompt and generation speed (prompt from its cores, anchored to published phone figures recorded in the profile;
+generation from its memory bandwidth), the time of a review that reuses the shared prefix and of one that does
+not, the reviews one phone serves an hour, and the phones the target needs and what they cost per hour on
+Acurast at the plan's price (--price-per-hour to override) — each as a range, with its basis.
 
 Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 		Args: cobra.MaximumNArgs(1),
@@ -50,10 +58,16 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 				}
 				o.FileType = ft
 			}
-			if o.Phone == "" {
-				if ws, _ := a.findWorkspace(); ws != nil {
+			prefixes := 0
+			if ws, _ := a.findWorkspace(); ws != nil {
+				if o.Phone == "" {
 					o.Phone = ws.Project.Phone
 				}
+				prefixes = len(ws.Project.Warm)
+			}
+			phones := o.Engine == "" || o.Engine == fit.LlamaCpp || o.Engine == "llamacpp"
+			if phones && o.Checkpoints == 0 {
+				o.Checkpoints = deploy.DefaultCtxCheckpoints // what ship runs the phones with
 			}
 			res, err := fit.Run(a.ctx, o, a.reporter())
 			if err != nil {
@@ -63,7 +77,33 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 				}
 				return err
 			}
-			if err := a.io.Result(res, func(w io.Writer) { printFit(w, res) }); err != nil {
+			var plan *fit.CapacityPlan
+			if cf.active(cmd) {
+				co, err := cf.options(cmd)
+				if err != nil {
+					return err
+				}
+				p, err := fit.RunCapacity(o, co)
+				if err != nil {
+					return err
+				}
+				plan = &p
+			}
+			out := fitOutput{Result: res, Capacity: plan}
+			if phones && res.Verdict.Fits {
+				if out.PromptCache, out.WithPromptCache, err = promptCachePlan(o, res, prefixes); err != nil {
+					return err
+				}
+			}
+			if err := a.io.Result(out, func(w io.Writer) {
+				printFit(w, res)
+				if out.PromptCache != nil {
+					printPromptCache(w, *out.PromptCache, *out.WithPromptCache)
+				}
+				if plan != nil {
+					printCapacity(w, *plan)
+				}
+			}); err != nil {
 				return err
 			}
 			if !res.Verdict.Fits {
@@ -84,6 +124,7 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 	f.StringVar(&fileType, "type", "", "with --config: quantization type to size it at (default q4_k_m)")
 	f.StringVar((*string)(&o.Engine), "engine", "", "runtime to account for: llamacpp (phones, default) or goengine (phonellm serve)")
 	f.StringVar(&o.FlashAttention, "flash-attn", "auto", "flash attention as the runtime will run: on, off, or auto (the runtime's default: on for llama.cpp, off for phonellm serve)")
+	cf.add(cmd)
 	return cmd
 }
 

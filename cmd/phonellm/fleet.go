@@ -239,11 +239,29 @@ func printStatus(w io.Writer, s deploy.Status) {
 		fmt.Fprintln(w, line)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tURL\tSTATE\tHEALTHY")
+	cache := false
 	for _, r := range s.Replicas {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", r.Index, r.URL, r.State, r.Healthy)
+		cache = cache || r.Cache != nil
+	}
+	if cache {
+		fmt.Fprintln(tw, "REPLICA\tURL\tSTATE\tHEALTHY\tHIT RATE\tHITS")
+	} else {
+		fmt.Fprintln(tw, "REPLICA\tURL\tSTATE\tHEALTHY")
+	}
+	for _, r := range s.Replicas {
+		line := fmt.Sprintf("%d\t%s\t%s\t%v", r.Index, r.URL, r.State, r.Healthy)
+		switch {
+		case r.Cache != nil && r.Cache.Requests > 0:
+			line += fmt.Sprintf("\t%.0f %%\t%d of %d", 100*r.Cache.HitRate, r.Cache.Hits, r.Cache.Requests)
+		case cache:
+			line += "\t-\t-"
+		}
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+	if cache {
+		fmt.Fprintln(w, "hit rate: prompt tokens the replica reused from its cache; hits: answers that reused at least half of their prompt")
+	}
 	for _, r := range s.Replicas {
 		if r.Error != "" && !r.Healthy && r.State != deploy.StateStopped {
 			fmt.Fprintf(w, "replica %d: %s\n", r.Index, strings.TrimSpace(r.Error))

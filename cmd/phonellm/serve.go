@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/phonellm/phonellm/internal/home"
 	"github.com/phonellm/phonellm/internal/httpx"
@@ -42,7 +43,7 @@ func (f *engineFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.parallel, "parallel", 1, "parallel slots (concurrent requests generating)")
 	fl.IntVarP(&f.ctx, "ctx", "c", 4096, "context length per slot")
 	fl.IntVarP(&f.batch, "batch", "b", 512, "prompt batch size")
-	fl.StringVar(&f.kvType, "kv-type", "f16", "KV cache type: f16, q8_0 or q4_0")
+	fl.StringVar(&f.kvType, "kv-type", "f16", "KV cache type: f16, q8_0 or q4_0 (the quantized types turn on --flash-attn)")
 	fl.BoolVar(&f.flashAttn, "flash-attn", false, "use the fused attention kernel")
 	fl.BoolVar(&f.noRepack, "no-repack", false, "keep Q4_0/Q4_K/IQ4_NL matrices in ggml's plain layout instead of its interleaved GEMM layout (same results up to rounding, slower prompts)")
 	fl.StringVar(&f.alias, "alias", "", "model name to serve under (default: the file name without .gguf), like llama-server's --alias")
@@ -55,6 +56,10 @@ func (f *engineFlags) load(ctx context.Context, path string) (engine.Engine, err
 	}
 	switch f.engine {
 	case "go", "":
+		if (f.kvType == "q8_0" || f.kvType == "q4_0") && !f.flashAttn {
+			// Ollama's engine holds a quantized cache only with flash attention (goengine.Options.KVCacheType).
+			f.flashAttn = true
+		}
 		return goengine.Load(ctx, goengine.Options{Path: path, ID: f.alias, Threads: threads, Parallel: f.parallel,
 			ContextLength: f.ctx, BatchSize: f.batch, KVCacheType: f.kvType, FlashAttention: f.flashAttn, NoRepack: f.noRepack})
 	case "llama-server":
@@ -102,6 +107,7 @@ func newServeCmd(a *app) *cobra.Command {
 	var maxBody byteSize
 	var timeout time.Duration
 	var tune, retune bool
+	var warm []string
 	cmd := &cobra.Command{
 		Use:   "serve [MODEL.gguf | hf://org/repo/file.gguf[@rev]]",
 		Short: "Serve a GGUF over an OpenAI-compatible HTTP API (what each phone runs)",
@@ -115,6 +121,10 @@ Requests come from strangers, so everything one of them can make the server do i
 once (half the cores), the time from arrival to the last byte (--timeout), slow or idle connections (header,
 body, idle and per-write timeouts) and the open connections (--max-conns). With --api-key-env the named
 variable must hold the key: unset or empty is an error, never "no authentication".
+
+--warm FILE (repeatable) evaluates each file's text as a system message once the model is loaded and before
+/health says ready, so that the first request of each shared prefix (a review rubric sent as the system
+message) is already a cache hit. Each slot keeps one prefix: warm at most --parallel files.
 
 MODEL is a GGUF file, a Hub reference hf://org/repo/file.gguf[@revision] (downloaded resumably into the Hugging
 Face cache and verified by size and sha256), or, when omitted, the workspace's newest quantized model.
@@ -133,6 +143,13 @@ It binds 127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM stops it grac
 			path, err := resolveGGUF(a, arg)
 			if err != nil {
 				return err
+			}
+			prefixes, err := readWarm(warm)
+			if err != nil {
+				return err
+			}
+			if len(prefixes) > max(ef.parallel, 1) {
+				a.io.Warnf("%d warm-up files for %d slots: only the last %d stay cached", len(prefixes), max(ef.parallel, 1), max(ef.parallel, 1))
 			}
 			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 			if err != nil {
@@ -164,6 +181,15 @@ It binds 127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM stops it grac
 				return fail(err)
 			}
 			defer eng.Close()
+			if len(prefixes) > 0 {
+				res, err := api.Warm(a.ctx, eng, prefixes, nil)
+				if err != nil {
+					return fail(err)
+				}
+				for i, r := range res {
+					a.io.Printf("warm: %s: %d tokens (%d shared) in %.2f s\n", warm[i], r.Tokens, r.Boundary, r.Seconds)
+				}
+			}
 			srv.SetEngine(eng)
 			info := eng.Info()
 			repacked := ""
@@ -193,7 +219,34 @@ It binds 127.0.0.1 unless --host says otherwise. Ctrl-C or SIGTERM stops it grac
 	f.IntVar(&maxConns, "max-conns", httpx.DefaultMaxConns, "open connections at most; more wait until one closes")
 	f.BoolVar(&tune, "autotune", false, "time a short prompt+decode at a few thread counts and batch sizes, keep the fastest (cached per model and machine)")
 	f.BoolVar(&retune, "retune", false, "like --autotune, but measure again instead of using the cached result")
+	f.StringArrayVar(&warm, "warm", nil, "text file of a shared prefix (a rubric sent as the system message) to evaluate before serving (repeatable)")
 	return cmd
+}
+
+// maxWarmBytes bounds one warm-up file: a prefix that fills a long context, with room to spare.
+const maxWarmBytes = 4 << 20
+
+// readWarm reads the warm-up files: each must exist, be non-empty text and at most maxWarmBytes.
+func readWarm(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, usageError("--warm: %v", err)
+		}
+		if !st.Mode().IsRegular() || st.Size() == 0 || st.Size() > maxWarmBytes {
+			return nil, usageError("--warm %s: want a non-empty text file of at most %d bytes (got %d bytes)", p, maxWarmBytes, st.Size())
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, usageError("--warm: %v", err)
+		}
+		if !utf8.Valid(b) {
+			return nil, usageError("--warm %s: not UTF-8 text", p)
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
 }
 
 // serveAPIKey returns the key clients must send: --api-key, else the variable --api-key-env names (which must

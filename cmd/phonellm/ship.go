@@ -15,6 +15,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/deploy"
 	"github.com/phonellm/phonellm/pipeline/deploy/acurast"
 	"github.com/phonellm/phonellm/pipeline/deploy/local"
+	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
 )
@@ -25,8 +26,10 @@ type shipFlags struct {
 	target, model, phone, name, apiKeyEnv, prompt string
 	replicas, ctx, parallel, gatewayPort          int
 	force, dryRun                                 bool
-	network                                       string
+	network, kvType                               string
 	timeout                                       time.Duration
+	warm                                          []string
+	capacity                                      capacityFlags
 }
 
 func newShipCmd(a *app) *cobra.Command {
@@ -49,9 +52,20 @@ model from the Hub, so a real deploy needs it published first ('phonellm publish
 plan — lifetime, cost, RAM floor — and stops before anything is signed; it can be planned before publishing
 (with a placeholder model URL, labelled as such).
 
+Prompt reuse: every replica evaluates the deployment's shared prefixes at start (--warm FILE, default the
+workspace's warm: list; each a rubric sent as the system message), and ship then sends each once through the
+gateway, so the first real request of every rubric is routed to a replica that holds it. Phones get a
+host-memory prompt cache (llama-server --cache-ram) sized by the fit check from the profile's headroom, and
+--ctx-checkpoints for hybrid models; --kv-type q8_0 or q4_0 (default the workspace's kv_cache) quantizes the
+KV cache on every replica, and the fit check counts it.
+
+Capacity planning (--reviews-per-hour, --prompt-tokens, --shared-tokens, --latency, as in 'phonellm fit'): the
+plan says how many phones the workload needs and what they cost per hour at the Acurast plan's price, and
+warns when --replicas is fewer; with --dry-run nothing is spent finding out.
+
 The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'); --force ships anyway.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runShip(a, fl) },
+		RunE: func(cmd *cobra.Command, args []string) error { return runShip(a, cmd, fl) },
 	}
 	f := cmd.Flags()
 	f.IntVar(&fl.replicas, "replicas", 1, "number of replicas (phones)")
@@ -68,10 +82,13 @@ The model must fit the phone profile at --ctx and --parallel (see 'phonellm fit'
 	f.BoolVar(&fl.dryRun, "dry-run", false, "acurast: build the bundle and print the plan; sign nothing")
 	f.StringVar(&fl.network, "network", "mainnet", "acurast network: mainnet or canary")
 	f.DurationVar(&fl.timeout, "ready-timeout", 5*time.Minute, "how long to wait for the replicas to be ready")
+	f.StringArrayVar(&fl.warm, "warm", nil, "text file of a shared prefix (a rubric sent as the system message) every replica evaluates at start (repeatable; default: the workspace's warm: list)")
+	f.StringVar(&fl.kvType, "kv-type", "", "KV cache type of the replicas: f16, q8_0 or q4_0 (default: the workspace's kv_cache, else f16)")
+	fl.capacity.add(cmd)
 	return cmd
 }
 
-func runShip(a *app, fl shipFlags) error {
+func runShip(a *app, cmd *cobra.Command, fl shipFlags) error {
 	if fl.apiKeyEnv == "" && getenv("PHONELLM_API_KEY", "") != "" {
 		// serve and gateway require PHONELLM_API_KEY when it is set; the replicas, the gateway and the first
 		// request must agree on it, so it is the deployment's key too.
@@ -101,9 +118,18 @@ func runShip(a *app, fl shipFlags) error {
 	if err != nil {
 		return err
 	}
+	var capacity *fit.CapacityOptions
+	if fl.capacity.active(cmd) {
+		co, err := fl.capacity.options(cmd)
+		if err != nil {
+			return err
+		}
+		capacity = &co
+	}
 	res, err := deploy.Run(a.ctx, deploy.Options{Target: target, Model: path, Workspace: ws, Name: fl.name,
 		Replicas: fl.replicas, Ctx: fl.ctx, Parallel: fl.parallel, Phone: fl.phone, APIKeyEnv: fl.apiKeyEnv,
-		Prompt: fl.prompt, Force: fl.force, DryRun: fl.dryRun, ReadyTimeout: fl.timeout, Version: buildVersion().Version},
+		Prompt: fl.prompt, Force: fl.force, DryRun: fl.dryRun, ReadyTimeout: fl.timeout, Version: buildVersion().Version,
+		Warm: fl.warm, KVType: fl.kvType, Capacity: capacity},
 		a.reporter())
 	if err != nil {
 		return shipError(a.ctx, err)
@@ -167,6 +193,12 @@ func printShip(w io.Writer, r deploy.Result) {
 	if r.Answer != "" || r.LatencyMS > 0 {
 		fmt.Fprintf(w, "first answer in %.0f ms: %q\n", r.LatencyMS, r.Answer)
 	}
+	for _, p := range r.Warm {
+		fmt.Fprintf(w, "warm-up %d through the gateway: %d prompt tokens, %d cached, %.0f ms\n", p.Prefix+1, p.PromptTokens, p.CachedTokens, p.MS)
+	}
+	if c := r.Capacity; c != nil {
+		printCapacity(w, *c)
+	}
 }
 
 // printPlan is the acurast dry run's summary: what would be deployed, for how long, on which phones, at what
@@ -181,6 +213,12 @@ func printPlan(w io.Writer, r deploy.Result, p acurast.Plan) {
 	}
 	if r.Bundle != nil {
 		fmt.Fprintf(w, "  bundle    %s (%s, sha256 %s)\n", r.Bundle.Path, ui.HumanBytes(r.Bundle.Size), r.Bundle.SHA256)
+	}
+	if pc := r.PromptCache; pc != nil {
+		fmt.Fprintf(w, "  cache     --cache-ram %d MiB per phone: %s\n", pc.Bytes>>20, pc.Basis)
+	}
+	if c := r.Capacity; c != nil {
+		printCapacity(w, *c)
 	}
 	fmt.Fprintf(w, "  script    %s\n  config    %s\n", p.Script, p.ConfigPath)
 	phones := fmt.Sprintf("%d on %s, one job each", len(p.Projects), p.Network)

@@ -49,7 +49,7 @@ func TestShipAcurastDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, e := runCLI(t, context.Background(), "ship", "--target", "acurast", "--replicas", "2", "--phone", "8gb",
-		"--api-key-env", "PHONELLM_API_KEY", "--dry-run", "--json")
+		"--api-key-env", "PHONELLM_API_KEY", "--dry-run", "--json", "--reviews-per-hour", "500", "--prompt-tokens", "1000", "--shared-tokens", "900")
 	if code != 0 {
 		t.Fatalf("ship --dry-run: %d %s", code, e)
 	}
@@ -63,6 +63,19 @@ func TestShipAcurastDryRun(t *testing.T) {
 	}
 	if len(plan.Calls) != 2 || !strings.HasPrefix(plan.Script, "ipfs://") {
 		t.Errorf("plan: %d deploy calls, script %q", len(plan.Calls), plan.Script)
+	}
+	// Issue 17: the capacity plan of the dry run, and the phones' prompt cache sized by the fit check, in the
+	// bundle's llama-server arguments.
+	if c := res.Capacity; c == nil || c.Profile != "8gb" || c.Replicas.Lo < 1 || c.CostPerHour.Lo <= 0 || len(c.Basis) == 0 {
+		t.Errorf("capacity plan %+v", res.Capacity)
+	}
+	if pc := res.PromptCache; pc == nil || pc.Bytes <= 0 {
+		t.Errorf("prompt cache %+v", res.PromptCache)
+	} else if bb, err := os.ReadFile(res.Bundle.Path); err == nil {
+		_, pcfg, err := deploy.ReadBundle(bb)
+		if err != nil || pcfg.CacheRAMMiB != int(pc.Bytes>>20) || !strings.Contains(strings.Join(pcfg.ExtraArgs, " "), "--cache-ram "+strconv.Itoa(pcfg.CacheRAMMiB)) {
+			t.Errorf("bundle config %+v (%v), prompt cache %d MiB", pcfg.ExtraArgs, err, pc.Bytes>>20)
+		}
 	}
 	if strings.Contains(out+e, key) {
 		t.Error("the API key appears in ship's output")

@@ -114,3 +114,67 @@ func unwrapURLError(err error) error {
 	}
 	return err
 }
+
+// WarmUser is the user message of a warm-up request, the same phonellm serve --warm and the phone entrypoint
+// send: short, so that the evaluation is almost all the shared prefix.
+const WarmUser = "Hello."
+
+// Primed is one warm-up request sent through the gateway.
+type Primed struct {
+	Prefix       int     `json:"prefix"`
+	PromptTokens int     `json:"prompt_tokens"`
+	CachedTokens int     `json:"cached_tokens"`
+	MS           float64 `json:"ms"`
+}
+
+// PrimeGateway sends each shared prefix once through the deployment's gateway, as a system message with a
+// short user message and one token out. The replicas already warmed themselves at start (so these are cheap
+// where a replica kept the prefix); what this adds is the gateway's knowledge of which replica holds which
+// prefix, so the first real request of every rubric is routed to it. Answers count only with the gateway's
+// identity, as in FirstAnswer.
+func PrimeGateway(ctx context.Context, client *http.Client, gw Gateway, model string, prefixes []string, key string) ([]Primed, error) {
+	var out []Primed
+	for i, p := range prefixes {
+		body, err := json.Marshal(map[string]any{"model": model, "max_tokens": 1, "temperature": 0,
+			"messages": []map[string]string{{"role": "system", "content": p}, {"role": "user", "content": WarmUser}}})
+		if err != nil {
+			return out, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			return out, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return out, fmt.Errorf("warm-up prefix %d: %w", i, unwrapURLError(err))
+		}
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+		resp.Body.Close()
+		ms := float64(time.Since(start).Microseconds()) / 1000
+		if idErr := checkIdentity(gw, resp.Header); idErr != nil {
+			return out, idErr
+		}
+		if err != nil {
+			return out, fmt.Errorf("warm-up prefix %d: reading the answer: %w", i, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return out, fmt.Errorf("warm-up prefix %d: %s: %s", i, resp.Status, oneLine(string(raw), 300))
+		}
+		var u struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+				Details      struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		_ = json.Unmarshal(raw, &u)
+		out = append(out, Primed{Prefix: i, PromptTokens: u.Usage.PromptTokens, CachedTokens: u.Usage.Details.CachedTokens, MS: ms})
+	}
+	return out, nil
+}

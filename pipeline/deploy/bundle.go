@@ -13,11 +13,13 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/runtime/phone"
@@ -44,9 +46,18 @@ type PhoneConfig struct {
 	LlamaAddr string `json:"llama_addr,omitempty"`
 	Bench     Bench  `json:"bench"`
 	// StartTimeoutMS bounds loading the model (default 10 min); WatchdogMS is the health-check period.
-	StartTimeoutMS int      `json:"start_timeout_ms,omitempty"`
-	WatchdogMS     int      `json:"watchdog_ms,omitempty"`
-	ExtraArgs      []string `json:"extra_args,omitempty"`
+	StartTimeoutMS int `json:"start_timeout_ms,omitempty"`
+	WatchdogMS     int `json:"watchdog_ms,omitempty"`
+	// KVType is the KV cache type (-ctk/-ctv; the quantized types run with --flash-attn on); "" = f16.
+	KVType string `json:"kv_type,omitempty"`
+	// CacheRAMMiB is llama-server's --cache-ram (host-memory prompt cache, MiB), sized by the fit check;
+	// CtxCheckpoints its --ctx-checkpoints. Both are in ExtraArgs as passed.
+	CacheRAMMiB    int `json:"cache_ram_mib"`
+	CtxCheckpoints int `json:"ctx_checkpoints"`
+	// Warm are the texts of the shared prefixes (rubrics) the entrypoint evaluates, each as a system message,
+	// once llama-server runs and before it reports ready, so that the first real request is a cache hit.
+	Warm      []string `json:"warm,omitempty"`
+	ExtraArgs []string `json:"extra_args,omitempty"`
 }
 
 // PhoneModel is the model the phone downloads.
@@ -99,11 +110,23 @@ func NewPhoneConfig(spec Spec, version string) PhoneConfig {
 		TunnelKeyEnv:    "TUNNEL_KEY",
 		Tunnel:          MainnetTunnel,
 		Bench:           Bench{Prompt: "Count from one to twenty in words.", MaxTokens: 32},
-		// The memory the fit check promised (pipeline/fit, llama.cpp accounting): no host-RAM prompt cache
-		// (llama-server's --cache-ram default of 8 GiB alone would break every phone budget) and two
-		// recurrent-state checkpoints per slot for hybrid models. Both flags exist in every llama.cpp that can
-		// load Qwen3.5 (b7990 and later).
-		ExtraArgs: []string{"--cache-ram", "0", "--ctx-checkpoints", "2"},
+		KVType:          spec.KVType,
+		CacheRAMMiB:     int(spec.CacheRAM >> 20),
+		CtxCheckpoints:  spec.CtxCheckpoints,
+	}
+	if c.CtxCheckpoints == 0 {
+		c.CtxCheckpoints = DefaultCtxCheckpoints
+	}
+	if c.KVType == "f16" {
+		c.KVType = ""
+	}
+	// The memory the fit check promised (pipeline/fit, llama.cpp accounting): the host-RAM prompt cache it
+	// sized (never llama-server's default of 8 GiB, which alone would break every phone budget; 0 when the
+	// budget has no room for one) and the recurrent-state checkpoints per slot it counted. Both flags exist in
+	// every llama.cpp that can load Qwen3.5 (b7990 and later); -ctk/-ctv much longer.
+	c.ExtraArgs = []string{"--cache-ram", strconv.Itoa(c.CacheRAMMiB), "--ctx-checkpoints", strconv.Itoa(c.CtxCheckpoints)}
+	if c.KVType != "" {
+		c.ExtraArgs = append(c.ExtraArgs, "--cache-type-k", c.KVType, "--cache-type-v", c.KVType)
 	}
 	if c.Ctx == 0 {
 		c.Ctx = 4096
@@ -166,7 +189,75 @@ func (c PhoneConfig) Validate() error {
 	if c.Bench.MaxTokens <= 0 || c.Bench.Prompt == "" {
 		return bad("bench needs a prompt and max_tokens > 0")
 	}
+	if !ValidKVType(c.KVType) {
+		return bad("kv cache type %q: want f16, q8_0 or q4_0", c.KVType)
+	}
+	if c.CacheRAMMiB < 0 || c.CtxCheckpoints < 0 {
+		return bad("cache_ram_mib = %d, ctx_checkpoints = %d; want >= 0", c.CacheRAMMiB, c.CtxCheckpoints)
+	}
+	if len(c.Warm) > MaxWarm {
+		return bad("%d warm-up prefixes, at most %d", len(c.Warm), MaxWarm)
+	}
+	total := 0
+	for i, w := range c.Warm {
+		if w == "" || !utf8.ValidString(w) {
+			return bad("warm-up prefix %d is empty or not UTF-8", i)
+		}
+		total += len(w)
+	}
+	if total > MaxWarmBytes {
+		return bad("warm-up prefixes hold %d bytes, at most %d", total, MaxWarmBytes)
+	}
 	return nil
+}
+
+// Bounds on a deployment's warm-up prefixes: they travel in the bundle's config.json.
+const (
+	MaxWarm      = 16
+	MaxWarmBytes = 4 << 20
+)
+
+// WarmError is a warm-up file that cannot be used; it is an input error.
+type WarmError struct {
+	Path string
+	Msg  string
+}
+
+func (e *WarmError) Error() string {
+	return fmt.Sprintf("deploy: warm-up prefix %s: %s", e.Path, e.Msg)
+}
+
+// InputError classifies the error (pipeline.IsInputError).
+func (e *WarmError) InputError() bool { return true }
+
+// ReadWarm reads warm-up prefix files: each a non-empty UTF-8 text, all of them within MaxWarmBytes.
+func ReadWarm(paths []string) ([]string, error) {
+	if len(paths) > MaxWarm {
+		return nil, &WarmError{Path: paths[MaxWarm], Msg: fmt.Sprintf("more than %d warm-up prefixes", MaxWarm)}
+	}
+	var out []string
+	total := 0
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, &WarmError{Path: p, Msg: err.Error()}
+		}
+		if !st.Mode().IsRegular() {
+			return nil, &WarmError{Path: p, Msg: "not a regular file"}
+		}
+		if total += int(st.Size()); st.Size() == 0 || total > MaxWarmBytes {
+			return nil, &WarmError{Path: p, Msg: fmt.Sprintf("%d bytes: want a non-empty text, all prefixes together at most %d bytes", st.Size(), MaxWarmBytes)}
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, &WarmError{Path: p, Msg: err.Error()}
+		}
+		if !utf8.Valid(b) {
+			return nil, &WarmError{Path: p, Msg: "not UTF-8 text"}
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
 }
 
 // fileNameRE is what a name the phone turns into a path may look like: it starts with a letter or digit (so

@@ -42,6 +42,18 @@ type Spec struct {
 	Candidates []Settings `json:"candidates,omitempty"`
 	// MemoryLimit is the RAM budget per replica in bytes (a phone's usable RAM, from the fit profile); 0 = none.
 	MemoryLimit int64 `json:"memory_limit_bytes,omitempty"`
+	// KVType is the replicas' KV cache type: "" or "f16", "q8_0", "q4_0" (llama-server -ctk/-ctv, phonellm
+	// serve --kv-type). The fit check counts it.
+	KVType string `json:"kv_type,omitempty"`
+	// CacheRAM is the host-memory prompt cache of each phone's llama-server in bytes (--cache-ram), sized by
+	// the fit check from the profile's headroom; 0 = none.
+	CacheRAM int64 `json:"cache_ram_bytes,omitempty"`
+	// CtxCheckpoints is llama-server's --ctx-checkpoints: recurrent-state checkpoints kept per slot for hybrid
+	// models (0 = DefaultCtxCheckpoints).
+	CtxCheckpoints int `json:"ctx_checkpoints,omitempty"`
+	// Warm lists text files (absolute paths) of the shared prefixes — rubrics sent as system messages — that
+	// every replica evaluates at start, so that the first real request sharing one is a cache hit.
+	Warm []string `json:"warm,omitempty"`
 	// APIKeyEnv names the variable holding the key clients must send as "Authorization: Bearer <key>".
 	// Empty means the replicas accept requests without a key (local only).
 	APIKeyEnv string `json:"api_key_env,omitempty"`
@@ -165,6 +177,21 @@ type ReplicaStatus struct {
 	// error of the check.
 	Detail json.RawMessage `json:"detail,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Cache is what the replica reported about reusing prompts, when it is known: counted by the deployment's
+	// gateway (local target) or by the phone's entrypoint.
+	Cache *CacheStats `json:"cache,omitempty"`
+}
+
+// CacheStats counts the answers of a replica that reported their prompt tokens: Hits reused at least half of
+// the prompt from the replica's cache; HitRate is CachedTokens/PromptTokens.
+type CacheStats struct {
+	Requests     int64   `json:"requests"`
+	Hits         int64   `json:"hits"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	CachedTokens int64   `json:"cached_tokens"`
+	HitRate      float64 `json:"hit_rate"`
+	// Source says who counted: "gateway" or "replica".
+	Source string `json:"source"`
 }
 
 // Endpoint is a replica URL a gateway routes to.
@@ -219,6 +246,20 @@ func Aggregate(rs []State) State {
 // MaxReplicas is the most replicas one deployment may have (Acurast's MaxSlots, runtime/common types.rs).
 const MaxReplicas = 64
 
+// DefaultCtxCheckpoints is the --ctx-checkpoints phones run with: llama-server makes one where the latest user
+// message starts (the end of the shared system prompt, in builds that know it) and two near the end of each
+// prompt, and keeps the newest per slot.
+const DefaultCtxCheckpoints = 3
+
+// ValidKVType reports whether t is a KV cache type every replica runtime accepts.
+func ValidKVType(t string) bool {
+	switch t {
+	case "", "f16", "q8_0", "q4_0":
+		return true
+	}
+	return false
+}
+
 var (
 	envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,31}$`)
 	hex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -242,8 +283,19 @@ func (s Spec) Validate() error {
 	if s.Model.URL == "" && s.Model.Path == "" {
 		return bad("model has neither a URL nor a local path")
 	}
-	if s.Ctx < 0 || s.Slots < 0 || s.Threads < 0 || s.MemoryLimit < 0 {
-		return bad("ctx, slots, threads and memory limit must not be negative")
+	if s.Ctx < 0 || s.Slots < 0 || s.Threads < 0 || s.MemoryLimit < 0 || s.CacheRAM < 0 || s.CtxCheckpoints < 0 {
+		return bad("ctx, slots, threads, memory limit, cache RAM and checkpoints must not be negative")
+	}
+	if !ValidKVType(s.KVType) {
+		return bad("kv cache type %q: want f16, q8_0 or q4_0", s.KVType)
+	}
+	if len(s.Warm) > MaxWarm {
+		return bad("%d warm-up prefixes, at most %d", len(s.Warm), MaxWarm)
+	}
+	for i, w := range s.Warm {
+		if w == "" {
+			return bad("warm-up prefix %d has no file", i)
+		}
 	}
 	for _, e := range []string{s.APIKeyEnv, s.HFTokenEnv} {
 		if e != "" && !envName.MatchString(e) {

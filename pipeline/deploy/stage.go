@@ -97,6 +97,17 @@ type Options struct {
 	Getenv func(string) string
 	// HTTP sends the first request (default: no proxy, no redirects).
 	HTTP *http.Client
+	// Warm lists text files of the deployment's shared prefixes — rubrics sent as system messages — that
+	// every replica evaluates at start and ship then sends once through the gateway (default: the workspace's
+	// warm: list, relative to its root).
+	Warm []string
+	// KVType is the replicas' KV cache type: f16 (default: the workspace's kv_cache), q8_0 or q4_0. The fit
+	// check counts it; phones get -ctk/-ctv, local replicas --kv-type (with flash attention, which Ollama's
+	// engine needs for a quantized cache).
+	KVType string
+	// Capacity, when set, plans how many phones the workload needs and what they cost (fit.RunCapacity on the
+	// shipped model and profile); the result reports it, and a note says when Replicas is fewer.
+	Capacity *fit.CapacityOptions
 }
 
 // Result is what ship did. JSON field names are the `phonellm ship --json` output.
@@ -112,10 +123,17 @@ type Result struct {
 	LatencyMS float64 `json:"first_answer_ms,omitempty"`
 	// ModelURLNote labels a model URL that phones cannot use yet: a placeholder for a model not published, or
 	// a local test Hub (dry runs only).
-	ModelURLNote string              `json:"model_url_note,omitempty"`
-	Plan         json.RawMessage     `json:"plan,omitempty"`
-	Bundle       *BundleRef          `json:"bundle,omitempty"`
-	Artifacts    []pipeline.Artifact `json:"artifacts,omitempty"`
+	ModelURLNote string `json:"model_url_note,omitempty"`
+	// PromptCache is the host-memory prompt cache each phone's llama-server gets, as the fit check sized it
+	// (phone targets); the fit verdict counts it.
+	PromptCache *fit.PromptCache `json:"prompt_cache,omitempty"`
+	// Warm is what the warm-up requests sent through the gateway reported.
+	Warm []Primed `json:"warm,omitempty"`
+	// Capacity is the capacity plan, when Options.Capacity asked for one.
+	Capacity  *fit.CapacityPlan   `json:"capacity,omitempty"`
+	Plan      json.RawMessage     `json:"plan,omitempty"`
+	Bundle    *BundleRef          `json:"bundle,omitempty"`
+	Artifacts []pipeline.Artifact `json:"artifacts,omitempty"`
 }
 
 // Validate checks the options (after defaults).
@@ -131,6 +149,8 @@ func (o Options) Validate() error {
 		return SpecErrorf("ship: ctx = %d, parallel = %d; want both >= 1", o.Ctx, o.Parallel)
 	case o.APIKeyEnv != "" && !envName.MatchString(o.APIKeyEnv):
 		return SpecErrorf("ship: %q is not an environment variable name (A-Z, 0-9, _; at most 32)", o.APIKeyEnv)
+	case !ValidKVType(o.KVType):
+		return SpecErrorf("ship: kv cache type %q: want f16, q8_0 or q4_0", o.KVType)
 	}
 	return nil
 }
@@ -147,6 +167,19 @@ func (o *Options) defaults() {
 	}
 	if o.Phone == "" && o.Workspace != nil {
 		o.Phone = o.Workspace.Project.Phone
+	}
+	if o.Workspace != nil {
+		if len(o.Warm) == 0 {
+			for _, w := range o.Workspace.Project.Warm {
+				if !filepath.IsAbs(w) {
+					w = filepath.Join(o.Workspace.Root, w)
+				}
+				o.Warm = append(o.Warm, w)
+			}
+		}
+		if o.KVType == "" {
+			o.KVType = o.Workspace.Project.KVCache
+		}
 	}
 	if o.Phone == "" {
 		o.Phone = "16gb"
@@ -186,11 +219,51 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	}
 	info := o.Target.Info()
 	res := Result{Target: info.Name}
-	fr, err := fit.Run(ctx, fit.Options{Model: o.Model, Phone: o.Phone, Ctx: o.Ctx, Parallel: o.Parallel, Engine: info.Engine}, nil)
+	for i, w := range o.Warm {
+		if abs, err := filepath.Abs(w); err == nil {
+			o.Warm[i] = abs
+		}
+	}
+	warm, err := ReadWarm(o.Warm)
 	if err != nil {
 		return res, err
 	}
+	fo := fit.Options{Model: o.Model, Phone: o.Phone, Ctx: o.Ctx, Parallel: o.Parallel, Engine: info.Engine, KVType: o.KVType}
+	quantized := o.KVType == "q8_0" || o.KVType == "q4_0"
+	if info.Engine == fit.GoEngine && quantized {
+		fo.FlashAttention = "on" // phonellm serve turns it on for a quantized cache
+	}
+	if info.Engine == fit.LlamaCpp {
+		fo.Checkpoints = DefaultCtxCheckpoints
+	}
+	fr, err := fit.Run(ctx, fo, nil)
+	if err != nil {
+		return res, err
+	}
+	prof, err := fit.Builtin().Lookup(o.Phone)
+	if err != nil {
+		return res, err
+	}
+	var cacheRAM int64
+	if info.Engine == fit.LlamaCpp && fr.Verdict.Fits {
+		// The phones' prompt cache, sized by the fit check within the profile's headroom and counted in the
+		// verdict.
+		pc := fit.PlanPromptCache(fr.Breakdown, prof, len(warm), DefaultCtxCheckpoints)
+		_, fr.Verdict = fit.WithPromptCache(fr.Breakdown, pc, prof)
+		res.PromptCache, cacheRAM = &pc, pc.Bytes
+	}
 	res.Fit = &fr.Verdict
+	if o.Capacity != nil {
+		plan, err := fit.RunCapacity(fo, *o.Capacity)
+		if err != nil {
+			return res, err
+		}
+		res.Capacity = &plan
+		if plan.ReviewsPerHour > 0 && o.Replicas < plan.Replicas.Lo {
+			rep.Note(pipeline.Warn, fmt.Sprintf("%d replicas for %.0f reviews per hour: the capacity plan needs %d–%d", o.Replicas,
+				plan.ReviewsPerHour, plan.Replicas.Lo, plan.Replicas.Hi))
+		}
+	}
 	if !fr.Verdict.Fits {
 		nf := &NotFitError{Model: filepath.Base(o.Model), Phone: o.Phone, Ctx: o.Ctx, Parallel: o.Parallel, Fit: fr}
 		if !o.Force {
@@ -198,16 +271,16 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		}
 		rep.Note(pipeline.Warn, nf.Error()+" — shipping anyway because of --force; replicas may be killed for memory")
 	}
-	prof, err := fit.Builtin().Lookup(o.Phone)
-	if err != nil {
-		return res, err
-	}
 	size, sum, err := Digest(o.Workspace, o.Model)
 	if err != nil {
 		return res, err
 	}
 	spec := Spec{Name: o.Name, Replicas: o.Replicas, Ctx: o.Ctx, Slots: o.Parallel, APIKeyEnv: o.APIKeyEnv,
-		Model: ModelRef{ID: o.Name, Size: size, SHA256: sum, Path: o.Model}}
+		Model: ModelRef{ID: o.Name, Size: size, SHA256: sum, Path: o.Model}, KVType: o.KVType, CacheRAM: cacheRAM,
+		Warm: o.Warm}
+	if info.Engine == fit.LlamaCpp {
+		spec.CtxCheckpoints = DefaultCtxCheckpoints
+	}
 	if info.Downloads {
 		url, note, err := modelURL(o.Workspace, o.Model, sum, o.DryRun)
 		if err != nil {
@@ -244,6 +317,15 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 				Err: fmt.Errorf("first request through the gateway %s: %w%s", gw.URL, err, StoppedNote(sh.Deployment.ID, stopped))}
 		}
 		res.Gateway, res.Answer, res.LatencyMS = gw.URL, ans, ms
+		if len(warm) > 0 {
+			// The replicas warmed themselves; the gateway learns which holds which prefix.
+			pctx, cancel := context.WithTimeout(ctx, o.ReadyTimeout)
+			res.Warm, err = PrimeGateway(pctx, o.HTTP, *gw, spec.Model.ID, warm, o.key())
+			cancel()
+			if err != nil {
+				rep.Note(pipeline.Warn, "warm-up through the gateway: "+err.Error())
+			}
+		}
 	}
 	if o.Workspace != nil && !o.DryRun {
 		if err := record(o.Workspace, res, sum, o.Replicas); err != nil {

@@ -23,6 +23,19 @@ type Profile struct {
 	BigCores      int     `json:"big_cores"`       // performance cores (threads for the runtime)
 	BandwidthGBps float64 `json:"bandwidth_gbps"`  // theoretical DRAM bandwidth, GB/s
 	Note          string  `json:"note,omitempty"`
+	// Anchors are published speed figures of phones of this tier: what capacity planning calibrates its
+	// prompt-speed estimate with (capacity.go).
+	Anchors []Anchor `json:"anchors,omitempty"`
+}
+
+// Anchor is one published prompt-processing figure: a known model (Known, by Hugging Face name) evaluated a
+// prompt of PromptTokens tokens in PromptSeconds on a phone of the profile's tier, as Source reports it.
+type Anchor struct {
+	Model         string  `json:"model"`
+	Quant         string  `json:"quant"`
+	PromptTokens  int     `json:"prompt_tokens"`
+	PromptSeconds float64 `json:"prompt_seconds"`
+	Source        string  `json:"source"`
 }
 
 // MinRamTotalBytes is the Acurast benchmarkFilters.minRamTotalBytes that selects phones of this tier or bigger:
@@ -39,6 +52,13 @@ func (p Profile) validate() error {
 		return fmt.Errorf("profile %q: usable_bytes %d must be positive and at most the RAM", p.Name, p.UsableBytes)
 	case p.MemTotalBytes < 0 || p.BigCores < 0 || p.BandwidthGBps < 0 || math.IsNaN(p.BandwidthGBps):
 		return fmt.Errorf("profile %q: negative mem_total_bytes, big_cores or bandwidth_gbps", p.Name)
+	case len(p.Anchors) > 16:
+		return fmt.Errorf("profile %q: %d anchors, at most 16", p.Name, len(p.Anchors))
+	}
+	for i, a := range p.Anchors {
+		if a.Model == "" || a.Source == "" || a.PromptTokens < 1 || a.PromptTokens > 1<<20 || !(a.PromptSeconds > 0) || a.PromptSeconds > 1e6 {
+			return fmt.Errorf("profile %q: anchor %d: want a model, a source, prompt_tokens in 1..%d and prompt_seconds in (0, 1e6]", p.Name, i, 1<<20)
+		}
 	}
 	return nil
 }
@@ -158,6 +178,9 @@ type UnknownProfileError struct {
 	Name  string
 	Known []string
 }
+
+// InputError classifies the error (pipeline.IsInputError): the profile named is not one the set has.
+func (e *UnknownProfileError) InputError() bool { return true }
 
 func (e *UnknownProfileError) Error() string {
 	return fmt.Sprintf("fit: unknown phone profile %q (known: %s)", e.Name, strings.Join(e.Known, ", "))

@@ -36,7 +36,12 @@ type Project struct {
 	Phone    string   `yaml:"phone,omitempty" json:"phone,omitempty"`       // phone profile for fit, e.g. 16gb
 	Context  int      `yaml:"context,omitempty" json:"context,omitempty"`
 	Parallel int      `yaml:"parallel,omitempty" json:"parallel,omitempty"`
-	Hub      struct {
+	// Warm lists text files (relative to the workspace root) of the shared prefixes — rubrics sent as system
+	// messages — that every replica evaluates at start, so the first real request sharing one is a cache hit.
+	Warm []string `yaml:"warm,omitempty" json:"warm,omitempty"`
+	// KVCache is the replicas' KV cache type: f16 (default), q8_0 or q4_0; the fit check counts it.
+	KVCache string `yaml:"kv_cache,omitempty" json:"kv_cache,omitempty"`
+	Hub     struct {
 		Repo    string `yaml:"repo,omitempty" json:"repo,omitempty"`
 		Private bool   `yaml:"private,omitempty" json:"private,omitempty"`
 	} `yaml:"hub,omitempty" json:"hub"`

@@ -23,6 +23,13 @@
 // internal/httpx: header, body, idle and per-write timeouts, a header size
 // cap and a cap on open connections.
 //
+// Prompt reuse: a chat request whose conversation starts with system (or developer) messages tells the engine
+// how many of its tokens are that rendered system part (engine.Request.CacheBoundary, boundary.go): the prefix
+// the next requests of the same task share, where an engine that resumes only at checkpoints (Qwen3.5) keeps one
+// and which a slot is not given away for. Warm evaluates a deployment's shared prefixes before the server is
+// made ready (phonellm serve --warm). Answers report the reused tokens as
+// usage.prompt_tokens_details.cached_tokens (and llama-server's timings.cache_n), which gateways read.
+//
 // The package is pure Go: its tests run on runtime/enginetest's fake engine,
 // including the abuse test of internal/testkit/abuse.
 package api

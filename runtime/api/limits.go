@@ -116,6 +116,8 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 	var greq engine.Request
 	var f *samplingFields
 	var apiErr *httpx.Error
+	var chatMsgs []engine.Message
+	var chatOpts engine.TemplateOptions
 	if chat {
 		var req ChatRequest
 		apiErr = decodeJSON(body, &req)
@@ -142,6 +144,7 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 		if err != nil {
 			return nil, templateError(ctx, err)
 		}
+		chatMsgs, chatOpts = msgs, opts
 		if limit := b.lim.MaxPromptBytes + 1<<20; len(prompt) > limit {
 			return nil, serverError("template_output_too_large",
 				"The model's chat template turned %d bytes of messages into %d bytes, more than the %d allowed.",
@@ -195,6 +198,11 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 	}
 	if len(greq.Tokens) >= info.ContextLength {
 		return nil, contextLengthError(len(greq.Tokens), info.ContextLength, chat)
+	}
+	if chat && !greq.NoCache {
+		// Where the rendered system messages end: the prefix the next requests of this task share, which an
+		// engine keeps a checkpoint at and does not give away for a shorter reuse.
+		greq.CacheBoundary = cacheBoundary(ctx, b.e, chatMsgs, chatOpts, greq.Tokens)
 	}
 	return &request{greq: greq, f: f, chat: chat}, nil
 }

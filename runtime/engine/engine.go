@@ -59,6 +59,10 @@ type ModelInfo struct {
 	// RepackedTensors counts the quantized matrices the engine moved into
 	// interleaved GEMM layouts at load (goengine; 0 when none qualify).
 	RepackedTensors int `json:"repacked_tensors,omitempty"`
+	// ResumesAtCheckpoints is true when a cached prefix can be reused only
+	// up to a saved state (a hybrid model's recurrent layers): callers that
+	// know where later prompts will diverge say so in Request.CacheBoundary.
+	ResumesAtCheckpoints bool `json:"resumes_at_checkpoints,omitempty"`
 }
 
 // Message is one chat message, in OpenAI's chat-completions shape (its JSON
@@ -156,6 +160,12 @@ type Request struct {
 	Sampling SamplingParams
 	// NoCache evaluates the whole prompt even when a slot holds its prefix.
 	NoCache bool
+	// CacheBoundary, when positive, is the number of leading prompt tokens
+	// that later requests are expected to share (the rendered system
+	// messages): an engine that resumes only at saved states keeps one
+	// there, so the next request reuses exactly that prefix, and an engine
+	// with several slots does not give that prefix away for a shorter reuse.
+	CacheBoundary int
 	// IgnoreEOG keeps generating past end-of-generation tokens (for
 	// benchmarks, like llama-bench); they are then treated as text.
 	IgnoreEOG bool

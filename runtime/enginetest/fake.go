@@ -60,8 +60,9 @@ type Options struct {
 // with Qwen's three special tokens, a "model" whose most likely next token
 // follows Options.Reply and whose other logits are pseudo-random functions
 // of the context, real sampling (engine.Sampler), stop handling
-// (engine.TextStream), parallel slots with a per-slot prefix cache, and
-// cancellation between tokens. It passes the same conformance suite
+// (engine.TextStream), parallel slots with a per-slot prefix cache (chosen as
+// goengine chooses: the most reuse less what it destroys of another request's
+// CacheBoundary), and cancellation between tokens. It passes the same conformance suite
 // (Run) as the real engines.
 type Fake struct {
 	o    Options
@@ -70,6 +71,9 @@ type Fake struct {
 
 	mu     sync.Mutex
 	slots  [][]int32 // tokens "in the KV cache" of each slot
+	keep   []int     // the shared prefix (CacheBoundary) of each slot's last request
+	used   []uint64  // when each slot was last taken (a counter)
+	clock  uint64
 	busy   []bool
 	closed bool
 	calls  int
@@ -95,7 +99,7 @@ func NewFake(o Options) *Fake {
 		panic(fmt.Sprintf("enginetest: chat template: %v", err)) // programmer error: the test's template
 	}
 	return &Fake{o: o, tmpl: t, sem: make(chan struct{}, o.Parallel),
-		slots: make([][]int32, o.Parallel), busy: make([]bool, o.Parallel)}
+		slots: make([][]int32, o.Parallel), keep: make([]int, o.Parallel), used: make([]uint64, o.Parallel), busy: make([]bool, o.Parallel)}
 }
 
 // Calls is the number of Generate calls that got a slot.
@@ -222,14 +226,15 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 	}
 	defer func() { <-f.sem }()
 
-	// Take the free slot holding the longest prefix.
+	// Take the free slot holding the longest prefix, less what it would destroy of another request's shared
+	// prefix (CacheBoundary), the least recently used among equals: goengine's policy.
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
 		return engine.Response{}, engine.ErrClosed
 	}
 	f.calls++
-	best, bestN := -1, -1
+	best, bestN, bestScore := -1, -1, 0
 	for i, s := range f.slots {
 		if f.busy[i] {
 			continue
@@ -238,11 +243,20 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 		for n < len(s) && n < len(prompt) && s[n] == prompt[n] {
 			n++
 		}
-		if n > bestN {
-			best, bestN = i, n
+		score := n - max(f.keep[i]-n, 0)
+		if best < 0 || score > bestScore || (score == bestScore && f.used[i] < f.used[best]) {
+			best, bestN, bestScore = i, n, score
 		}
 	}
 	f.busy[best] = true
+	f.clock++
+	f.used[best] = f.clock
+	switch {
+	case req.CacheBoundary > 0:
+		f.keep[best] = min(req.CacheBoundary, len(prompt))
+	case bestN < f.keep[best]:
+		f.keep[best] = 0
+	}
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()

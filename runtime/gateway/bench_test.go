@@ -13,10 +13,23 @@ import (
 // BenchmarkOverhead measures the latency the gateway adds: every iteration sends one chat completion
 // straight to a replica and one through the gateway (same client, same replica, keep-alive, interleaved so
 // both see the same machine load), and reports the medians and their difference (target: added p50 < 1 ms).
+// The request is the fraud-review shape: a 6,300-token rubric as the system message and a 700-token case.
+// "affinity" routes it with prefix affinity (keying the rubric, reading the replica's cache report), "load"
+// with affinity off.
 //
 //	go test ./runtime/gateway -run '^$' -bench Overhead -benchtime 2000x
 func BenchmarkOverhead(b *testing.B) {
-	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"tiny","choices":[{"index":0,"message":{"role":"assistant","content":"RISK_LEVEL: 5"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7000,"completion_tokens":5,"total_tokens":7005}}`)
+	for _, mode := range []AffinityMode{AffinityAuto, AffinityOff} {
+		name := "affinity"
+		if mode == AffinityOff {
+			name = "load"
+		}
+		b.Run(name, func(b *testing.B) { benchOverhead(b, mode) })
+	}
+}
+
+func benchOverhead(b *testing.B, mode AffinityMode) {
+	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"tiny","choices":[{"index":0,"message":{"role":"assistant","content":"RISK_LEVEL: 5"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7000,"completion_tokens":5,"total_tokens":7005,"prompt_tokens_details":{"cached_tokens":6300}},"timings":{"prompt_n":700,"prompt_ms":812.5,"cache_n":6300}}`)
 	rep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			_, _ = w.Write([]byte(`{"status":"ok","slots":4}`))
@@ -27,7 +40,7 @@ func BenchmarkOverhead(b *testing.B) {
 		_, _ = w.Write(answer)
 	}))
 	defer rep.Close()
-	g, err := New(Options{APIKeys: []string{"bench-key-123"}, RateLimit: -1})
+	g, err := New(Options{APIKeys: []string{"bench-key-123"}, RateLimit: -1, Affinity: AffinityOptions{Mode: mode}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,8 +56,9 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// A prompt the size of the motivating case (about 7k tokens, ~28 KB of JSON).
-	body := []byte(`{"model":"tiny","messages":[{"role":"user","content":"` + string(bytes.Repeat([]byte("word "), 5600)) + `"}]}`)
+	// A prompt the size of the motivating case (about 7k tokens, ~28 KB of JSON): the rubric, then the case.
+	body := []byte(`{"model":"tiny","messages":[{"role":"system","content":"` + string(bytes.Repeat([]byte("rule "), 5040)) +
+		`"},{"role":"user","content":"` + string(bytes.Repeat([]byte("case "), 560)) + `"}]}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	call := func(url string) time.Duration {
 		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))

@@ -1,12 +1,21 @@
 // Package gateway puts one OpenAI-compatible endpoint in front of a changing set of serving replicas (phones
 // behind tunnels, or local `phonellm serve` processes).
 //
-// Routing is least-outstanding-requests within each replica's free slots: a replica with S slots gets at most
-// S requests at once from the gateway, and among replicas with a free slot the one with the lowest
-// in-flight/slots ratio wins. When every slot is busy, requests wait in a bounded FIFO queue (QueueSize,
-// QueueTimeout) and then get 429 with Retry-After. Slots come from the replica's configuration, else from its
-// GET /health ("slots", or "slots_idle" + "slots_processing"), else from "phonellm_slots_total" on its
-// /metrics, else 1.
+// Routing is prefix-affine (Options.Affinity, route.go): a chat or completion request is keyed by the client's
+// prompt_cache_key (OpenAI's field; at most MaxCacheKeyBytes, else 400), else by its leading system and
+// developer messages (the rubric every request of one task shares), else by the first KeyBytes of its prompt,
+// and goes to a replica that holds that key's prefix in its cache. When every holder is busy, the request waits
+// for one unless a miss on a free replica is expected to finish first; the expectation comes from what the
+// replicas report (prompt tokens, cached tokens, prompt evaluation time: usage.prompt_tokens_details and
+// llama-server's timings, in answers and streams) and from the gateway's own timing, so briefly queueing for
+// the prefix wins whenever a miss costs more than the queue. Unkeyed requests, and any request sent with
+// "Phonellm-Routing: load", are routed least-outstanding-requests within each replica's free slots (the
+// lowest in-flight/slots ratio wins). A replica with S slots gets at most S requests at once from the gateway.
+// When a request must wait, it waits in a bounded FIFO queue (QueueSize, QueueTimeout) and then gets 429 with
+// Retry-After. Slots come from the replica's configuration, else from its GET /health ("slots", or
+// "slots_idle" + "slots_processing"), else from "phonellm_slots_total" on its /metrics, else 1. Per replica,
+// /metrics and Replicas() report the cache hits and misses, prompt and cached tokens (the token hit rate), the
+// moving averages of prompt evaluation for hits and misses and of queue waits, and the routing decisions.
 //
 // Health: every replica is probed with GET /health (HealthInterval, HealthTimeout); only replicas whose last
 // probe succeeded receive requests. A request that fails on a replica before the first response byte

@@ -115,7 +115,9 @@ func TestCircuitBreaker(t *testing.T) {
 	}))
 	good := engineReplica(t, enginetest.Options{ID: "tiny", Parallel: 4}, api.Options{})
 	const base = 400 * time.Millisecond
-	g, ts := newGateway(t, Options{HealthInterval: 20 * time.Millisecond, FailureThreshold: 2, EjectBase: base, EjectMax: 10 * time.Second},
+	// Load routing, so that the same request keeps being offered to both replicas.
+	g, ts := newGateway(t, Options{HealthInterval: 20 * time.Millisecond, FailureThreshold: 2, EjectBase: base, EjectMax: 10 * time.Second,
+		Affinity: AffinityOptions{Mode: AffinityOff}},
 		Replica{URL: broken.URL(), Name: "broken"}, Replica{URL: good.URL(), Name: "good"})
 	waitLive(t, g, 2)
 	ctx := context.Background()

@@ -81,6 +81,9 @@ type Options struct {
 	ResponseTimeout time.Duration
 	// DefaultSlots is assumed for a replica that neither is configured with nor reports its slots (default 1).
 	DefaultSlots int
+	// Affinity configures prefix-affine routing (default: on, keyed by the leading system messages or the
+	// first 4 KiB of the prompt; see route.go).
+	Affinity AffinityOptions
 	// Transport carries upstream requests; nil means a tuned http.Transport.
 	Transport http.RoundTripper
 	// Logger receives replica state changes and failed requests; nil discards.
@@ -141,6 +144,7 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	o.Affinity.defaults()
 }
 
 // Gateway is an http.Handler that routes OpenAI API requests over replicas. Create it with New, give it
@@ -165,6 +169,9 @@ type Gateway struct {
 // New returns a Gateway without replicas.
 func New(o Options) (*Gateway, error) {
 	o.defaults()
+	if _, err := ParseAffinityMode(string(o.Affinity.Mode)); err != nil {
+		return nil, err
+	}
 	g := &Gateway{o: o, m: newMetrics(), budget: httpx.NewBudget(o.BodyBudget)}
 	keys, err := httpx.NewKeys(o.APIKeys...)
 	if err != nil {
@@ -353,15 +360,31 @@ func redact(raw string) string {
 
 // ReplicaStatus is a snapshot of one replica as the gateway sees it.
 type ReplicaStatus struct {
-	Name         string    `json:"name"`
-	URL          string    `json:"url"`
-	Live         bool      `json:"live"` // receives requests
-	Healthy      bool      `json:"healthy"`
-	EjectedUntil time.Time `json:"ejected_until,omitzero"`
-	InFlight     int       `json:"in_flight"`
-	Slots        int       `json:"slots"`
-	Models       []string  `json:"models,omitempty"`
-	LastError    string    `json:"last_error,omitempty"`
+	Name         string     `json:"name"`
+	URL          string     `json:"url"`
+	Live         bool       `json:"live"` // receives requests
+	Healthy      bool       `json:"healthy"`
+	EjectedUntil time.Time  `json:"ejected_until,omitzero"`
+	InFlight     int        `json:"in_flight"`
+	Slots        int        `json:"slots"`
+	Models       []string   `json:"models,omitempty"`
+	LastError    string     `json:"last_error,omitempty"`
+	Cache        CacheStats `json:"cache"`
+}
+
+// CacheStats is what a replica reported about reusing prompts, as the gateway counted it.
+type CacheStats struct {
+	// Hits and Misses count the answers that reported their prompt tokens: a hit reused at least half of its
+	// prompt from the replica's cache.
+	Hits   uint64 `json:"hits"`
+	Misses uint64 `json:"misses"`
+	// PromptTokens and CachedTokens sum those answers' prompt tokens and the cached part of them; HitRate is
+	// CachedTokens/PromptTokens (0 before any answer).
+	PromptTokens uint64  `json:"prompt_tokens"`
+	CachedTokens uint64  `json:"cached_tokens"`
+	HitRate      float64 `json:"hit_rate"`
+	// Keys is how many routing keys the replica is taken to hold the prefix of.
+	Keys int `json:"keys"`
 }
 
 // Replicas returns the current replicas in the order given to SetReplicas.

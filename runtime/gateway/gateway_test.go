@@ -316,6 +316,21 @@ func FuzzParsers(f *testing.F) {
 		if ms := parseModels(b); len(ms) > maxModels {
 			t.Fatalf("%d models", len(ms))
 		}
-		_ = requestModel(b)
+		o := AffinityOptions{}
+		o.defaults()
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+			if k, apiErr := keyOf(b, path, &o); k.ok && (k.key == 0 || apiErr != nil || k.shared > k.total+len("user\x00")) {
+				t.Fatalf("keyOf: %+v, error %v", k, apiErr)
+			}
+		}
+		if u := parseUsage(b); u.known && (u.prompt < 0 || u.cached < 0 || u.cached > u.prompt || u.promptSec < 0) {
+			t.Fatalf("parseUsage = %+v", u)
+		}
+		var s sseUsage
+		s.write(b)
+		s.endLine()
+		if u := s.u; u.known && (u.cached > u.prompt || u.prompt < 0) {
+			t.Fatalf("sse usage = %+v", u)
+		}
 	})
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +25,9 @@ type replicaStats struct {
 	probesOK     uint64
 	probesFailed uint64
 	ttfb         httpx.Histogram
+	hits, misses uint64 // answers that reported their prompt tokens: reused at least half of it, or not
+	promptTokens uint64
+	cachedTokens uint64
 }
 
 func newReplicaStats() replicaStats {
@@ -165,9 +169,159 @@ func (g *Gateway) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, rep := range p.reps {
 		rep.stats.ttfb.Write(&b, "phonellm_gateway_replica_time_to_first_byte_seconds", replicaLabel(rep))
 	}
+	g.writeCacheMetrics(&b, p)
 	p.mu.Unlock()
 	family("phonellm_gateway_uptime_seconds", "gauge", "Seconds since the gateway started.")
 	fmt.Fprintf(&b, "phonellm_gateway_uptime_seconds %s\n", strconv.FormatFloat(time.Since(m.start).Seconds(), 'f', 3, 64))
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	_, _ = io.WriteString(w, b.String())
+}
+
+// writeCacheMetrics writes the prompt-cache counters and the routing estimates. Called with p.mu held.
+func (g *Gateway) writeCacheMetrics(b *strings.Builder, p *pool) {
+	family := func(name, typ, help string) { httpx.WriteFamily(b, name, typ, help) }
+	family("phonellm_gateway_routed_total", "counter", "Slots given to requests, by routing decision (holder: a replica holding the request's prefix; spill: every holder busy and waiting was expected to cost more than a miss elsewhere; new: a key without a live holder; load: unkeyed or load-only).")
+	for _, d := range routeDecisions {
+		fmt.Fprintf(b, "phonellm_gateway_routed_total{%s} %d\n", httpx.Label("decision", d), p.routed[d])
+	}
+	family("phonellm_gateway_affinity_keys", "gauge", "Routing keys remembered.")
+	fmt.Fprintf(b, "phonellm_gateway_affinity_keys %d\n", len(p.keys.m))
+	type counter struct {
+		name, help string
+		val        func(*replica) uint64
+	}
+	for _, c := range []counter{
+		{"phonellm_gateway_replica_cache_hits_total", "Answers that reported reusing at least half of their prompt from the replica's cache.", func(r *replica) uint64 { return r.stats.hits }},
+		{"phonellm_gateway_replica_cache_misses_total", "Answers that reported their prompt tokens and reused less than half of them.", func(r *replica) uint64 { return r.stats.misses }},
+		{"phonellm_gateway_replica_prompt_tokens_total", "Prompt tokens of the answers that reported them.", func(r *replica) uint64 { return r.stats.promptTokens }},
+		{"phonellm_gateway_replica_cached_tokens_total", "Of those, the tokens the replica reused from its cache.", func(r *replica) uint64 { return r.stats.cachedTokens }},
+	} {
+		family(c.name, "counter", c.help)
+		for _, rep := range p.reps {
+			fmt.Fprintf(b, "%s{%s} %d\n", c.name, replicaLabel(rep), c.val(rep))
+		}
+	}
+	type gauge struct {
+		name, help string
+		val        func(*replica) (float64, bool)
+	}
+	e := func(v ewma) (float64, bool) { return v.v, v.n > 0 }
+	for _, gg := range []gauge{
+		{"phonellm_gateway_replica_cache_hit_rate", "Cached prompt tokens / prompt tokens of the answers that reported them (token-level prompt-cache hit rate).", func(r *replica) (float64, bool) {
+			if r.stats.promptTokens == 0 {
+				return 0, false
+			}
+			return float64(r.stats.cachedTokens) / float64(r.stats.promptTokens), true
+		}},
+		{"phonellm_gateway_replica_prefill_hit_seconds", "Moving average of the prompt evaluation time the replica reported for hits.", func(r *replica) (float64, bool) { return e(r.est.prefillHit) }},
+		{"phonellm_gateway_replica_prefill_miss_seconds", "Moving average of the prompt evaluation time the replica reported for misses.", func(r *replica) (float64, bool) { return e(r.est.prefillMiss) }},
+		{"phonellm_gateway_replica_prompt_token_seconds", "Seconds per evaluated prompt token (slope of the line through the moving averages of the reported prompt time of hits and of misses).", func(r *replica) (float64, bool) {
+			_, b := r.est.prefill.coef()
+			return b, r.est.prefill.n > 0
+		}},
+		{"phonellm_gateway_replica_queue_wait_seconds", "Moving average of the time requests routed to the replica waited in the gateway's queue.", func(r *replica) (float64, bool) { return e(r.est.queue) }},
+		{"phonellm_gateway_replica_cached_keys", "Routing keys whose prefix the replica is taken to hold.", func(r *replica) (float64, bool) { return float64(len(r.recent)), true }},
+	} {
+		family(gg.name, "gauge", gg.help)
+		for _, rep := range p.reps {
+			if v, ok := gg.val(rep); ok {
+				fmt.Fprintf(b, "%s{%s} %s\n", gg.name, replicaLabel(rep), httpx.FormatFloat(v))
+			}
+		}
+	}
+}
+
+// ReplicaCounters are a replica's counters on a phonellm gateway's /metrics.
+type ReplicaCounters struct {
+	Requests     int64 // attempts answered 200
+	Hits, Misses int64 // answers that reported their prompt: reused at least half of it, or not
+	PromptTokens int64
+	CachedTokens int64
+}
+
+// HitRate is CachedTokens/PromptTokens (0 before any answer).
+func (c ReplicaCounters) HitRate() float64 {
+	if c.PromptTokens <= 0 {
+		return 0
+	}
+	return float64(c.CachedTokens) / float64(c.PromptTokens)
+}
+
+// ParseReplicaMetrics reads the per-replica counters of a phonellm gateway's /metrics (Prometheus text), by
+// replica name; lines it does not know are skipped. Callers bound the reader.
+func ParseReplicaMetrics(r io.Reader) map[string]ReplicaCounters {
+	out := map[string]ReplicaCounters{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || !strings.HasPrefix(name, "phonellm_gateway_replica_") {
+			continue
+		}
+		labels, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		rep := label(labels, "replica")
+		if rep == "" {
+			continue
+		}
+		rr := out[rep]
+		switch name {
+		case "phonellm_gateway_replica_requests_total":
+			if label(labels, "code") == "200" {
+				rr.Requests += int64(v)
+			}
+		case "phonellm_gateway_replica_cache_hits_total":
+			rr.Hits = int64(v)
+		case "phonellm_gateway_replica_cache_misses_total":
+			rr.Misses = int64(v)
+		case "phonellm_gateway_replica_prompt_tokens_total":
+			rr.PromptTokens = int64(v)
+		case "phonellm_gateway_replica_cached_tokens_total":
+			rr.CachedTokens = int64(v)
+		default:
+			continue
+		}
+		out[rep] = rr
+	}
+	return out
+}
+
+// label returns a label's value from `a="x",b="y"` (values as httpx.Label escapes them).
+func label(labels, name string) string {
+	for labels != "" {
+		k, rest, ok := strings.Cut(labels, "=\"")
+		if !ok {
+			return ""
+		}
+		var v strings.Builder
+		i := 0
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			if rest[i] == '\\' && i+1 < len(rest) {
+				i++
+				switch rest[i] {
+				case 'n':
+					v.WriteByte('\n')
+				default:
+					v.WriteByte(rest[i])
+				}
+				continue
+			}
+			v.WriteByte(rest[i])
+		}
+		if strings.TrimSpace(k) == name {
+			return v.String()
+		}
+		if i >= len(rest) {
+			return ""
+		}
+		labels = strings.TrimPrefix(rest[i+1:], ",")
+	}
+	return ""
 }

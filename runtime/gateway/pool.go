@@ -29,6 +29,25 @@ type replica struct {
 	lastErr      string
 	removed      bool
 	stats        replicaStats
+
+	// Routing state (route.go).
+	hashID uint64      // rendezvous-hashing identity (from the URL)
+	active []*lease    // requests in flight, with their expected service
+	recent []*keyState // keys whose prefix it holds, most recent first, at most capacity()
+	keepN  int         // prefixes it has shown to keep at once (0: its slots)
+	est    estimates   // what it measured
+}
+
+// lease is one request's hold on a replica slot.
+type lease struct {
+	r      *replica
+	key    *keyState // nil: unkeyed
+	held   bool      // the replica held the key's prefix before this request
+	bytes  int       // content bytes of the request
+	why    string    // routing decision
+	start  time.Time // slot taken
+	expect float64   // expected service seconds
+	queued time.Duration
 }
 
 // modelEntry is one model a replica lists. Only OpenAI's fields are kept: whatever else a replica says
@@ -82,9 +101,11 @@ var (
 )
 
 type waiter struct {
-	model string
-	tried map[*replica]bool
-	ch    chan *replica // receives the assigned replica (slot taken), or nil when the gateway closes
+	rq     *routeReq
+	since  time.Time
+	target *replica    // the replica it waits for, as last decided
+	expect float64     // its expected service there
+	ch     chan *lease // receives the lease (slot taken), or nil when the gateway closes
 }
 
 // pool holds the replicas, picks one per attempt and queues requests when every slot is busy.
@@ -96,9 +117,14 @@ type pool struct {
 	waiters []*waiter
 	rr      int
 	closed  bool
+	keys    *keyTable
+	est     estimates // fleet-wide measurements: the fallback for replicas not measured yet
+	routed  map[string]uint64
 }
 
-func newPool(o *Options) *pool { return &pool{o: o} }
+func newPool(o *Options) *pool {
+	return &pool{o: o, keys: newKeyTable(o.Affinity.MaxKeys), routed: map[string]uint64{}}
+}
 
 // set replaces the membership; it returns the replicas to start probing and those to stop probing.
 func (p *pool) set(rs []Replica) (added, removed []*replica) {
@@ -117,7 +143,8 @@ func (p *pool) set(rs []Replica) (added, removed []*replica) {
 			continue
 		}
 		u, _ := url.Parse(c.URL) // validated by SetReplicas
-		r := &replica{base: u, stop: make(chan struct{}), kick: make(chan struct{}, 1), stats: newReplicaStats()}
+		r := &replica{base: u, stop: make(chan struct{}), kick: make(chan struct{}, 1), stats: newReplicaStats(),
+			hashID: replicaHash(c.URL)}
 		r.cfg.Store(&c)
 		if p.closed {
 			r.removed = true
@@ -129,6 +156,7 @@ func (p *pool) set(rs []Replica) (added, removed []*replica) {
 	for _, r := range p.reps {
 		if _, gone := old[r.conf().URL]; gone {
 			r.removed = true
+			r.dropAll()
 			removed = append(removed, r)
 		}
 	}
@@ -137,25 +165,33 @@ func (p *pool) set(rs []Replica) (added, removed []*replica) {
 	return added, removed
 }
 
-// acquire takes a slot on the best replica for a request, waiting in the queue (at most QueueTimeout) when
-// none is free. tried holds the replicas this request already failed on: they are used again only when no
-// untried replica is live.
-func (p *pool) acquire(ctx context.Context, model string, tried map[*replica]bool) (*replica, error) {
+// acquire takes a slot on the best replica for a request (see route.go), waiting in the queue (at most
+// QueueTimeout) when it should wait. rq.tried holds the replicas this request already failed on: they are used
+// again only when no untried replica is live.
+func (p *pool) acquire(ctx context.Context, rq *routeReq) (*lease, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, errClosed
 	}
-	if r := p.choose(model, tried, time.Now()); r != nil {
-		r.inflight++
+	now := time.Now()
+	if rq.key != 0 && rq.ks == nil {
+		rq.ks = p.keys.get(rq.key, now)
+		if rq.ks.sharedBytes == 0 {
+			rq.ks.sharedBytes = rq.sharedBytes
+		}
+	}
+	c := p.choose(rq, now, p.queuedWork())
+	if c.r != nil {
+		l := p.take(c, rq, now, now)
 		p.mu.Unlock()
-		return r, nil
+		return l, nil
 	}
 	if len(p.waiters) >= p.o.QueueSize {
 		p.mu.Unlock()
 		return nil, errQueueFull
 	}
-	w := &waiter{model: model, tried: tried, ch: make(chan *replica, 1)}
+	w := &waiter{rq: rq, since: now, target: c.target, expect: c.expect, ch: make(chan *lease, 1)}
 	p.waiters = append(p.waiters, w)
 	p.mu.Unlock()
 
@@ -163,11 +199,11 @@ func (p *pool) acquire(ctx context.Context, model string, tried map[*replica]boo
 	defer t.Stop()
 	var err error
 	select {
-	case r := <-w.ch:
-		if r == nil {
+	case l := <-w.ch:
+		if l == nil {
 			return nil, errClosed
 		}
-		return r, nil
+		return l, nil
 	case <-ctx.Done():
 		err = context.Cause(ctx)
 	case <-t.C:
@@ -181,74 +217,63 @@ func (p *pool) acquire(ctx context.Context, model string, tried map[*replica]boo
 	}
 	p.mu.Unlock()
 	// A replica was assigned as we gave up: hand its slot back.
-	if r := <-w.ch; r != nil {
-		p.release(r, outCanceled, "", 0, 0)
+	if l := <-w.ch; l != nil {
+		p.release(l, outCanceled, "", 0, 0, usage{})
 	}
 	return nil, err
 }
 
-// choose returns the live replica with a free slot and the lowest in-flight/slots ratio, preferring untried
-// ones, or nil when the request must wait. Called with mu held.
-func (p *pool) choose(model string, tried map[*replica]bool, now time.Time) *replica {
-	n := len(p.reps)
-	if n == 0 {
-		return nil
+// take gives the request a slot on c.r. Called with mu held.
+func (p *pool) take(c choice, rq *routeReq, since, now time.Time) *lease {
+	r := c.r
+	r.inflight++
+	l := &lease{r: r, key: rq.ks, why: c.why, start: now, expect: c.expect, queued: now.Sub(since), bytes: rq.bytes}
+	r.active = append(r.active, l)
+	if ks := rq.ks; ks != nil && ks.elem != nil {
+		// From now on the replica holds (or is computing) the key's prefix: the key's next requests wait for
+		// it rather than spreading while this one runs.
+		l.held = holds(r, ks)
+		p.holdKey(r, ks)
 	}
-	filter := false
-	if model != "" {
-		for _, r := range p.reps {
-			if r.live(now) && r.lists(model) {
-				filter = true
-				break
-			}
-		}
-	}
-	var best *replica
-	bestTried, untriedLive := false, false
-	for k := range n {
-		r := p.reps[(p.rr+k)%n]
-		if !r.live(now) || (filter && !r.lists(model)) {
-			continue
-		}
-		t := tried[r]
-		if !t {
-			untriedLive = true
-		}
-		s := r.slots(p.o.DefaultSlots)
-		if r.inflight >= s {
-			continue
-		}
-		if best != nil {
-			bs := best.slots(p.o.DefaultSlots)
-			if t && !bestTried {
-				continue
-			}
-			if t == bestTried && r.inflight*bs >= best.inflight*s {
-				continue
-			}
-		}
-		best, bestTried = r, t
-	}
-	if best == nil || (bestTried && untriedLive) {
-		return nil
-	}
-	p.rr++
-	return best
+	p.routed[c.why]++
+	r.est.queue.add(l.queued.Seconds())
+	p.est.queue.add(l.queued.Seconds())
+	return l
 }
 
-// dispatch hands free slots to queued requests in arrival order. Called with mu held after anything that may
-// free capacity.
+// queuedWork sums, per replica, the expected service of the requests waiting for it. Called with mu held.
+func (p *pool) queuedWork() map[*replica]float64 {
+	if len(p.waiters) == 0 {
+		return nil
+	}
+	q := map[*replica]float64{}
+	for _, w := range p.waiters {
+		if w.target != nil {
+			q[w.target] += w.expect
+		}
+	}
+	return q
+}
+
+// dispatch hands free slots to queued requests in arrival order; a request that keeps waiting counts as work
+// ahead of the later ones for the replica it waits for. Called with mu held after anything that may free
+// capacity.
 func (p *pool) dispatch() {
 	if len(p.waiters) == 0 {
 		return
 	}
 	now := time.Now()
+	ahead := map[*replica]float64{}
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
-		if r := p.choose(w.model, w.tried, now); r != nil {
-			r.inflight++
-			w.ch <- r
+		c := p.choose(w.rq, now, ahead)
+		if c.r != nil {
+			w.ch <- p.take(c, w.rq, w.since, now)
 			continue
+		}
+		w.target, w.expect = c.target, c.expect
+		if c.target != nil {
+			ahead[c.target] += c.expect
 		}
 		kept = append(kept, w)
 	}
@@ -257,12 +282,29 @@ func (p *pool) dispatch() {
 }
 
 // release returns a slot, feeds the circuit breaker and counts the attempt (code 0: no HTTP answer; ttfb 0:
-// not measured).
-func (p *pool) release(r *replica, o outcome, detail string, code int, ttfb time.Duration) {
+// not measured). A successful attempt teaches the router what the replica reported (u) and that the replica
+// now holds the request's prefix.
+func (p *pool) release(l *lease, o outcome, detail string, code int, ttfb time.Duration, u usage) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	r := l.r
 	r.inflight--
+	if i := slices.Index(r.active, l); i >= 0 {
+		r.active = slices.Delete(r.active, i, i+1)
+	}
 	now := time.Now()
+	switch o {
+	case outSuccess:
+		p.learn(l, u, now.Sub(l.start), now)
+	case outDown, outFailure, outOverload:
+		if ks := l.key; ks != nil && !l.held {
+			// It never got the prefix.
+			if i := indexOf(ks.holders, r); i >= 0 {
+				ks.holders = append(ks.holders[:i], ks.holders[i+1:]...)
+			}
+			r.dropKey(ks)
+		}
+	}
 	if o != outCanceled || code != 0 {
 		r.stats.requests[code]++
 	}
@@ -384,7 +426,7 @@ func (p *pool) snapshot(now time.Time) []ReplicaStatus {
 	out := make([]ReplicaStatus, 0, len(p.reps))
 	for _, r := range p.reps {
 		s := ReplicaStatus{Name: r.conf().Name, URL: r.conf().URL, Live: r.live(now), Healthy: r.healthy,
-			InFlight: r.inflight, Slots: r.slots(p.o.DefaultSlots), LastError: r.lastErr}
+			InFlight: r.inflight, Slots: r.slots(p.o.DefaultSlots), LastError: r.lastErr, Cache: r.cacheStats()}
 		if r.ejectedUntil.After(now) {
 			s.EjectedUntil = r.ejectedUntil
 		}
@@ -443,4 +485,13 @@ func (p *pool) capacity(now time.Time) (live, total, slots, idle, queued int) {
 		idle += max(s-r.inflight, 0)
 	}
 	return live, total, slots, idle, len(p.waiters)
+}
+
+func (r *replica) cacheStats() CacheStats {
+	c := CacheStats{Hits: r.stats.hits, Misses: r.stats.misses, PromptTokens: r.stats.promptTokens,
+		CachedTokens: r.stats.cachedTokens, Keys: len(r.recent)}
+	if c.PromptTokens > 0 {
+		c.HitRate = float64(c.CachedTokens) / float64(c.PromptTokens)
+	}
+	return c
 }

@@ -50,15 +50,36 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	model := ""
-	if r.Method == http.MethodPost && g.pool.modelRouting(time.Now()) {
-		model = requestModel(body)
+	rq := &routeReq{tried: map[*replica]bool{}, loadOnly: routingOverride(r)}
+	r.Header.Del(RoutingHeader)
+	switch {
+	case r.Method != http.MethodPost:
+	case g.o.Affinity.Mode == AffinityOff:
+		// Routed by load: the body is read only for its model, when replicas serve different ones.
+		if g.pool.modelRouting(time.Now()) {
+			rq.model = requestModel(body)
+		}
+	default:
+		k, apiErr := keyOf(body, r.URL.Path, &g.o.Affinity)
+		if apiErr != nil {
+			httpx.WriteError(w, apiErr)
+			return
+		}
+		if k.ok {
+			rq.key, rq.sharedBytes = k.key, k.shared
+		}
+		rq.bytes = k.total
+		if g.pool.modelRouting(time.Now()) {
+			rq.model = k.model
+			if len(body) > MaxKeyedBody {
+				rq.model = requestModel(body)
+			}
+		}
 	}
 	ctx := r.Context()
-	tried := map[*replica]bool{}
 	var last *held
 	for attempt := 1; attempt <= g.o.MaxAttempts; attempt++ {
-		rep, err := g.pool.acquire(ctx, model, tried)
+		l, err := g.pool.acquire(ctx, rq)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // the client left while queued
@@ -73,15 +94,15 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request) {
 		if attempt > 1 {
 			g.m.retry()
 		}
-		s, h, detail := g.attempt(w, r, rep, body)
+		s, h, detail := g.attempt(w, r, l, body)
 		if s == stepDone {
 			return
 		}
-		tried[rep] = true
+		rq.tried[l.r] = true
 		if h != nil {
 			last = h
 		}
-		g.o.Logger.Info("attempt failed", "replica", rep.conf().Name, "attempt", attempt, "error", detail)
+		g.o.Logger.Info("attempt failed", "replica", l.r.conf().Name, "attempt", attempt, "error", detail)
 	}
 	if last != nil {
 		writeHeld(w, last)
@@ -112,14 +133,15 @@ func (g *Gateway) refuse(w http.ResponseWriter, err error) {
 
 // attempt sends the request to rep. It returns stepRetry when nothing reached the client, with the refused
 // answer (if any) and a description of the failure.
-func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, body []byte) (step, *held, string) {
+func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, l *lease, body []byte) (step, *held, string) {
+	rep := l.r
 	ctx := r.Context()
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	start := time.Now()
 	req, err := g.upstreamRequest(actx, r, rep, body)
 	if err != nil {
-		g.pool.release(rep, outFailure, err.Error(), 0, 0)
+		g.pool.release(l, outFailure, err.Error(), 0, 0, usage{})
 		return stepRetry, nil, err.Error()
 	}
 	var timer *time.Timer
@@ -134,7 +156,7 @@ func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, 
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			g.pool.release(rep, outCanceled, "", 0, 0)
+			g.pool.release(l, outCanceled, "", 0, 0, usage{})
 			return stepDone, nil, ""
 		}
 		o := outDown
@@ -142,7 +164,7 @@ func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, 
 			err, o = errResponseTimeout, outFailure // slow, not gone: the breaker counts it, health decides
 		}
 		detail := unwrapURLError(err).Error()
-		g.pool.release(rep, o, detail, 0, 0)
+		g.pool.release(l, o, detail, 0, 0, usage{})
 		return stepRetry, nil, detail
 	}
 	ttfb := time.Since(start)
@@ -155,13 +177,13 @@ func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, 
 			o = outOverload
 		}
 		detail := fmt.Sprintf("status %d", code)
-		g.pool.release(rep, o, detail, code, ttfb)
+		g.pool.release(l, o, detail, code, ttfb, usage{})
 		return stepRetry, &held{code: code, header: resp.Header, body: b}, detail
 	}
 	defer resp.Body.Close()
 	if isEventStream(resp.Header) {
-		o, detail := g.stream(w, resp)
-		g.pool.release(rep, o, detail, code, ttfb)
+		o, detail, u := g.stream(w, resp)
+		g.pool.release(l, o, detail, code, ttfb, u)
 		return stepDone, nil, ""
 	}
 	// Hold back the answer until it is complete (or large): a replica dying mid-body is then retried.
@@ -176,14 +198,23 @@ func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, 
 	_, err = io.Copy(&buf, io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		if ctx.Err() != nil {
-			g.pool.release(rep, outCanceled, "", code, ttfb)
+			g.pool.release(l, outCanceled, "", code, ttfb, usage{})
 			return stepDone, nil, ""
 		}
 		detail := "reading the answer: " + err.Error()
-		g.pool.release(rep, outFailure, detail, code, ttfb)
+		g.pool.release(l, outFailure, detail, code, ttfb, usage{})
 		return stepRetry, nil, detail
 	}
 	complete := int64(buf.Len()) <= limit
+	if complete {
+		// The replica is done: free its slot before the client is answered, so that the client's next request
+		// finds it free.
+		var u usage
+		if code == http.StatusOK {
+			u = parseUsage(buf.Bytes())
+		}
+		g.pool.release(l, outSuccess, "", code, ttfb, u)
+	}
 	copyHeader(w.Header(), resp.Header)
 	if complete {
 		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
@@ -192,21 +223,22 @@ func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, 
 	}
 	w.WriteHeader(code)
 	if _, err := w.Write(buf.Bytes()); err != nil {
-		g.pool.release(rep, outCanceled, "", code, ttfb)
+		if !complete {
+			g.pool.release(l, outCanceled, "", code, ttfb, usage{})
+		}
 		return stepDone, nil, ""
 	}
 	if complete {
-		g.pool.release(rep, outSuccess, "", code, ttfb)
 		return stepDone, nil, ""
 	}
 	_, err = io.Copy(w, resp.Body)
 	switch {
 	case err == nil:
-		g.pool.release(rep, outSuccess, "", code, ttfb)
+		g.pool.release(l, outSuccess, "", code, ttfb, usage{})
 	case ctx.Err() != nil:
-		g.pool.release(rep, outCanceled, "", code, ttfb)
+		g.pool.release(l, outCanceled, "", code, ttfb, usage{})
 	default:
-		g.pool.release(rep, outFailure, "reading the answer: "+err.Error(), code, ttfb)
+		g.pool.release(l, outFailure, "reading the answer: "+err.Error(), code, ttfb, usage{})
 		panic(http.ErrAbortHandler) // bytes were sent: the client must see a broken answer, not a short one
 	}
 	return stepDone, nil, ""
@@ -214,8 +246,9 @@ func (g *Gateway) attempt(w http.ResponseWriter, r *http.Request, rep *replica, 
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// stream relays Server-Sent Events as they arrive, flushing after every read.
-func (g *Gateway) stream(w http.ResponseWriter, resp *http.Response) (outcome, string) {
+// stream relays Server-Sent Events as they arrive, flushing after every read, and collects the usage the
+// replica reports in them.
+func (g *Gateway) stream(w http.ResponseWriter, resp *http.Response) (outcome, string, usage) {
 	copyHeader(w.Header(), resp.Header)
 	w.Header().Del("Content-Length")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -226,14 +259,16 @@ func (g *Gateway) stream(w http.ResponseWriter, resp *http.Response) (outcome, s
 	defer copyBufs.Put(bp)
 	buf := *bp
 	var tail [2]byte // the last two bytes sent, to know whether we are between events
+	var su sseUsage
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
+			su.write(buf[:n])
 			if _, err := w.Write(buf[:n]); err != nil {
-				return outCanceled, ""
+				return outCanceled, "", usage{}
 			}
 			if err := rc.Flush(); err != nil {
-				return outCanceled, ""
+				return outCanceled, "", usage{}
 			}
 			if n >= 2 {
 				tail = [2]byte{buf[n-2], buf[n-1]}
@@ -242,11 +277,12 @@ func (g *Gateway) stream(w http.ResponseWriter, resp *http.Response) (outcome, s
 			}
 		}
 		if rerr == io.EOF {
-			return outSuccess, ""
+			su.endLine()
+			return outSuccess, "", su.u
 		}
 		if rerr != nil {
 			if resp.Request != nil && resp.Request.Context().Err() != nil {
-				return outCanceled, ""
+				return outCanceled, "", usage{}
 			}
 			detail := "stream broke: " + rerr.Error()
 			if tail == [2]byte{'\n', '\n'} {
@@ -255,9 +291,9 @@ func (g *Gateway) stream(w http.ResponseWriter, resp *http.Response) (outcome, s
 					"The replica serving this stream failed; the answer is incomplete.")))
 				_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
 				_ = rc.Flush()
-				return outFailure, detail
+				return outFailure, detail, usage{}
 			}
-			return outFailure, detail
+			return outFailure, detail, usage{}
 		}
 	}
 }

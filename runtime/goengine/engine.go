@@ -50,7 +50,10 @@ type Options struct {
 	// BatchSize bounds the tokens evaluated in one forward pass (summed over
 	// all slots); default 512, at most ContextLength.
 	BatchSize int
-	// KVCacheType is "f16" (default), "q8_0", "q4_0", or "f32" (exact comparisons in tests).
+	// KVCacheType is "f16" (default), "q8_0", "q4_0", or "f32" (exact comparisons in tests). The quantized types
+	// need FlashAttention: without it Ollama's engine stores V transposed, one value per row, which a
+	// block-quantized tensor cannot hold (ggml aborts), and their key and value head sizes must be multiples of
+	// the 32-value block.
 	KVCacheType string
 	// FlashAttention enables the fused attention kernel.
 	FlashAttention bool
@@ -75,8 +78,21 @@ func (o Options) Validate() error {
 	default:
 		return fmt.Errorf("goengine: kv cache type %q: want f16, q8_0, q4_0 or f32", o.KVCacheType)
 	}
+	if quantizedKV(o.KVCacheType) && !o.FlashAttention {
+		return &OptionsError{Msg: fmt.Sprintf("goengine: kv cache type %s needs flash attention (Ollama's engine keeps V transposed without it, which a quantized cache cannot hold)", o.KVCacheType)}
+	}
 	return nil
 }
+
+func quantizedKV(t string) bool { return t == "q8_0" || t == "q4_0" }
+
+// OptionsError reports engine options that cannot work together.
+type OptionsError struct{ Msg string }
+
+func (e *OptionsError) Error() string { return e.Msg }
+
+// InputError classifies the error (pipeline.IsInputError).
+func (e *OptionsError) InputError() bool { return true }
 
 // Engine is a engine.Engine over Ollama's Go engine.
 type Engine struct {
@@ -231,13 +247,16 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		ID: o.ID, Path: o.Path, Architecture: arch, Engine: "goengine",
 		ContextLength: o.ContextLength, TrainContextLength: train, Parallel: o.Parallel,
 		Threads: o.Threads, BatchSize: o.BatchSize, VocabSize: len(e.vocab.Values),
-		HasChatTemplate: src != "", RepackedTensors: e.repacked.Tensors,
+		HasChatTemplate: src != "", RepackedTensors: e.repacked.Tensors, ResumesAtCheckpoints: e.recurrent,
 	}
 	e.cond = sync.NewCond(&e.mu)
 	e.sem = make(chan struct{}, o.Parallel)
 	e.slots = make([]*slot, o.Parallel)
 	for i := range e.slots {
 		e.slots[i] = &slot{id: i}
+		if e.recurrent {
+			e.slots[i].ck = newCkStore(ollamaRule)
+		}
 	}
 	e.loopDone = make(chan struct{})
 	go e.loop()

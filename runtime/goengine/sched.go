@@ -29,6 +29,26 @@ type slot struct {
 	tokens   []int32
 	seq      *sequence
 	lastUsed time.Time
+	ck       *ckStore // recurrent caches: the mirror of the slot's checkpoint ring (checkpoints.go)
+	// keep is the shared prefix the slot's last request said later requests would reuse (its
+	// CacheBoundary): overwriting it costs those requests their reuse.
+	keep int
+}
+
+// damage is how much of the slot's shared prefix a prompt reusing use tokens of it destroys.
+func (sl *slot) damage(use int) int { return max(sl.keep-use, 0) }
+
+// reusable is how many leading tokens of prompt the slot can skip: the common prefix, less one (a token must be
+// evaluated for logits), and with a recurrent cache only up to just after a checkpoint.
+func (sl *slot) reusable(prompt []int32) int {
+	n := commonPrefix(sl.tokens, prompt)
+	if n == len(prompt) {
+		n--
+	}
+	if sl.ck != nil && n > 0 {
+		n = sl.ck.best(n) + 1
+	}
+	return n
 }
 
 // sequence is one request inside the decode loop.
@@ -237,18 +257,21 @@ func (e *Engine) anyActive() bool {
 	return false
 }
 
-// admit gives s the free slot holding the longest prefix of its prompt and
-// drops the rest of that slot's cache (ollamarunner's LoadCacheSlot).
+// admit gives s the free slot where it reuses the most of the cache less what it destroys of another shared
+// prefix (a slot keeping a rubric other requests reuse is not given away for a few common tokens; llama-server
+// has its --slot-prompt-similarity for the same reason), the least recently used among equals, and drops the
+// rest of that slot's cache (ollamarunner's LoadCacheSlot).
 func (e *Engine) admit(s *sequence) {
 	var best *slot
-	bestN := -1
+	bestN, bestScore := -1, 0
 	for _, sl := range e.slots {
 		if sl.seq != nil {
 			continue
 		}
-		n := commonPrefix(sl.tokens, s.prompt)
-		if n > bestN || (n == bestN && sl.lastUsed.Before(best.lastUsed)) {
-			best, bestN = sl, n
+		n, use := commonPrefix(sl.tokens, s.prompt), sl.reusable(s.prompt)
+		score := use - sl.damage(use)
+		if best == nil || score > bestScore || (score == bestScore && sl.lastUsed.Before(best.lastUsed)) {
+			best, bestN, bestScore = sl, n, score
 		}
 	}
 	if best == nil { // cannot happen: the semaphore bounds active sequences
@@ -280,22 +303,28 @@ func (e *Engine) admit(s *sequence) {
 		n = 0
 		if err := e.cache.Remove(best.id, 0, math.MaxInt32); err != nil {
 			best.tokens = nil
+			if best.ck != nil {
+				best.ck.reset()
+			}
 			e.finish(s, engine.FinishCancelled, fmt.Errorf("goengine: clear slot %d: %w", best.id, err))
 			return
 		}
 	}
 	if e.recurrent {
-		// A recurrent cache can resume only where a batch ended (Ollama's
-		// checkpoints, kvcache/recurrent_checkpoints.go). End a chunk where
-		// this prompt left the slot's previous one (the next prompt likely
-		// shares that prefix too) and before the last prompt token (so a
-		// repeated prompt resumes), as llama-server does for hybrid models.
-		if bestN > int(n) && bestN < len(s.prompt)-1 {
-			s.cuts = append(s.cuts, bestN)
+		if n > 0 {
+			best.ck.restored(int(n) - 1)
+		} else {
+			best.ck.reset()
 		}
-		s.cuts = append(s.cuts, len(s.prompt)-1)
+		s.cuts = e.recurrentCuts(s, best, int(n), bestN)
 	}
 	best.tokens = append(best.tokens[:0], s.prompt[:n]...)
+	switch {
+	case s.req.CacheBoundary > 0:
+		best.keep = min(s.req.CacheBoundary, len(s.prompt))
+	case int(n) < best.keep:
+		best.keep = 0
+	}
 	best.seq = s
 	best.lastUsed = time.Now()
 	s.slot = best
@@ -303,6 +332,25 @@ func (e *Engine) admit(s *sequence) {
 	s.history = append([]int32(nil), s.prompt...)
 	s.admitted = time.Now()
 	s.timings = engine.Timings{PromptTokens: len(s.prompt), CachedTokens: int(n), QueueDuration: s.admitted.Sub(s.enqueued)}
+}
+
+// recurrentCuts are the slot lengths at which the prompt's chunks end, so that checkpoints land where later
+// prompts can resume (a recurrent cache resumes only where a batch ended): at the caller's CacheBoundary (the
+// end of the shared system prompt) as ckStore.plan arranges it; where this prompt left the slot's previous one (the
+// next prompt likely shares that prefix too) when it lies past the boundary; and before the last prompt token
+// (so that a repeated prompt resumes), as llama-server does for hybrid models. The cuts are ascending.
+func (e *Engine) recurrentCuts(s *sequence, sl *slot, at, diverged int) []int {
+	var cuts []int
+	landed := 0
+	if b := min(s.req.CacheBoundary, len(s.prompt)-1); b > at && !s.req.NoCache {
+		cuts, landed = sl.ck.plan(at, b, e.batch)
+	}
+	for _, c := range []int{diverged, len(s.prompt) - 1} {
+		if c > max(at, landed) && c < len(s.prompt) && (len(cuts) == 0 || c > cuts[len(cuts)-1]) {
+			cuts = append(cuts, c)
+		}
+	}
+	return cuts
 }
 
 // borrow gives s a longer prompt prefix held by another slot, busy or not
@@ -324,7 +372,11 @@ func (e *Engine) borrow(s *sequence, best *slot, bestN int) (*slot, int) {
 	}
 	dst := best
 	for _, sl := range e.slots {
-		if sl.seq == nil && sl.lastUsed.Before(dst.lastUsed) {
+		if sl.seq != nil {
+			continue
+		}
+		d, dd := sl.damage(commonPrefix(sl.tokens, s.prompt)), dst.damage(commonPrefix(dst.tokens, s.prompt))
+		if d < dd || (d == dd && sl.lastUsed.Before(dst.lastUsed)) {
 			dst = sl
 		}
 	}
@@ -434,6 +486,9 @@ func (e *Engine) step() {
 			// The cache state of these slots is unknown now: drop it.
 			_ = e.cache.Remove(ent.seq.slot.id, 0, math.MaxInt32)
 			ent.seq.slot.tokens = nil
+			if ent.seq.slot.ck != nil {
+				ent.seq.slot.ck.reset()
+			}
 			e.finish(ent.seq, engine.FinishCancelled, err)
 		}
 		return
@@ -444,6 +499,9 @@ func (e *Engine) step() {
 		s := ent.seq
 		s.slot.tokens = append(s.slot.tokens, s.pending[:ent.n]...)
 		s.pending = s.pending[ent.n:]
+		if s.slot.ck != nil {
+			s.slot.ck.batchEnded(len(s.slot.tokens) - 1)
+		}
 		if ent.output < 0 {
 			continue
 		}
@@ -471,6 +529,9 @@ func (e *Engine) sampleNext(s *sequence, logits []float32) {
 		// that produced them must not seed another prompt); the other slots go on.
 		_ = e.cache.Remove(s.slot.id, 0, math.MaxInt32)
 		s.slot.tokens = nil
+		if s.slot.ck != nil {
+			s.slot.ck.reset()
+		}
 		e.finish(s, engine.FinishCancelled, fmt.Errorf("goengine: %w", err))
 		return
 	}

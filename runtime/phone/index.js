@@ -4,8 +4,11 @@
 // 2. downloads the model into _STD_.job.storageDir with resume (HTTP Range) and checks size + sha256;
 // 3. starts llama.cpp through _STD_.llama.server.start(argv, onClose, onError), trying each candidate
 //    thread/batch setting on a fixed request and keeping the fastest;
-// 4. proxies /v1/* to llama-server after checking "Authorization: Bearer <key>" (constant-time compare);
-// 5. restarts llama-server when it exits or stops answering /health.
+// 4. warms the prompt cache: each of the deployment's shared prefixes (config.json "warm", the rubrics) is sent
+//    once as a system message before /health says ready, so the first real request that shares one is a hit;
+// 5. proxies /v1/* to llama-server after checking "Authorization: Bearer <key>" (constant-time compare), and
+//    counts what llama-server reports about its prompt cache (/status "cache");
+// 6. restarts llama-server when it exits or stops answering /health, and warms it again.
 //
 // Configuration comes from config.json next to this file (written by phonellm's bundle builder); secrets
 // (API key, Hub token, tunnel key) only from _STD_.env, by the names config.json gives. Nothing here logs a
@@ -81,6 +84,8 @@ const status = {
   prompt_tok_s: 0,
   bench: [],
   tuning: '',
+  warm: [],
+  cache: { requests: 0, hits: 0, prompt_tokens: 0, cached_tokens: 0, hit_rate: 0 },
   restarts: 0,
   tunnel: null,
   error: '',
@@ -262,7 +267,8 @@ function argsFor(model, s) {
   const a = ['--model', model, '--ctx-size', String(cfg.ctx * cfg.slots), '--parallel', String(cfg.slots), '--threads', String(s.threads)];
   if (s.batch) a.push('--batch-size', String(s.batch));
   if (s.ubatch) a.push('--ubatch-size', String(s.ubatch));
-  if (s.flash_attn) a.push('--flash-attn', 'on');
+  // A quantized V cache needs flash attention in llama.cpp.
+  if (s.flash_attn || (cfg.kv_type && cfg.kv_type !== 'f16')) a.push('--flash-attn', 'on');
   if (cfg.model.id) a.push('--alias', cfg.model.id);
   if (llamaAddr !== '127.0.0.1:8080') {
     const { host, port } = splitAddr(llamaAddr);
@@ -372,6 +378,104 @@ async function tune(model) {
   if (tryAll) status.tuning = `kept ${cands.indexOf(best.s) + 1} of ${cands.length}`;
 }
 
+// WARM_USER is the user message of a warm-up request (phonellm serve --warm sends the same): short, so that the
+// evaluation is almost all the shared prefix.
+const WARM_USER = 'Hello.';
+
+// warm sends each shared prefix once as a system message, generating one token, so that llama-server holds it
+// (in a slot, and in its host-memory prompt cache when --cache-ram has room) and, for hybrid models, keeps a
+// checkpoint where the user message starts. A failure is recorded, not fatal: the phone still serves.
+async function warm() {
+  const texts = Array.isArray(cfg.warm) ? cfg.warm : [];
+  status.warm = [];
+  for (let i = 0; i < texts.length; i++) {
+    const body = {
+      model: cfg.model.id || 'model',
+      messages: [{ role: 'system', content: texts[i] }, { role: 'user', content: WARM_USER }],
+      max_tokens: 1,
+      temperature: 0,
+      cache_prompt: true,
+      stream: false,
+    };
+    const t0 = process.hrtime.bigint();
+    try {
+      const r = await llamaCall('POST', '/v1/chat/completions', body, cfg.bench_timeout_ms || 600000);
+      const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+      if (r.status !== 200) throw new Error(`HTTP ${r.status}`);
+      const u = usageOf(JSON.parse(r.body));
+      status.warm.push({ prefix: i, tokens: u.prompt, cached: u.cached, seconds: secs });
+      log(`warm-up ${i + 1}/${texts.length}: ${u.prompt} tokens in ${secs.toFixed(2)} s`);
+    } catch (e) {
+      status.warm.push({ prefix: i, error: e.message });
+      log(`warm-up ${i + 1}/${texts.length} failed: ${e.message}`);
+    }
+  }
+}
+
+// usageOf reads what an answer reports about its prompt: OpenAI's usage (prompt_tokens_details.cached_tokens)
+// or llama-server's timings (prompt_n evaluated, cache_n reused).
+function usageOf(j) {
+  const u = (j && j.usage) || {};
+  const t = (j && j.timings) || {};
+  let prompt = typeof u.prompt_tokens === 'number' ? u.prompt_tokens : -1;
+  let cached = u.prompt_tokens_details && typeof u.prompt_tokens_details.cached_tokens === 'number' ? u.prompt_tokens_details.cached_tokens : -1;
+  if (typeof t.cache_n === 'number' && typeof t.prompt_n === 'number') {
+    if (prompt < 0) prompt = t.prompt_n + t.cache_n;
+    if (cached < 0) cached = t.cache_n;
+  }
+  return { prompt, cached };
+}
+
+// countUsage adds one answer's prompt report to status.cache (a hit reused at least half of its prompt).
+function countUsage(u) {
+  if (u.prompt <= 0 || u.cached < 0) return;
+  const c = status.cache;
+  c.requests++;
+  if (2 * u.cached >= u.prompt) c.hits++;
+  c.prompt_tokens += u.prompt;
+  c.cached_tokens += Math.min(u.cached, u.prompt);
+  c.hit_rate = c.cached_tokens / c.prompt_tokens;
+}
+
+// usageTap watches an answer passing through for its prompt report: a JSON body (kept up to 1 MiB) or the data
+// lines of an event stream that carry usage or timings.
+function usageTap(contentType) {
+  const sse = /text\/event-stream/.test(contentType || '');
+  const json = /application\/json/.test(contentType || '');
+  let buf = '';
+  let over = false;
+  let last = null;
+  return {
+    data(d) {
+      if (!sse && !json) return;
+      if (over) return;
+      buf += d.toString('utf8');
+      if (sse) {
+        let i;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, i).replace(/\r$/, '');
+          buf = buf.slice(i + 1);
+          if (line.startsWith('data:') && (line.includes('"usage"') || line.includes('"timings"'))) {
+            try {
+              const u = usageOf(JSON.parse(line.slice(5)));
+              if (u.prompt > 0) last = u;
+            } catch {}
+          }
+        }
+      }
+      if (buf.length > 1 << 20) over = true;
+    },
+    end() {
+      if (json && !over) {
+        try {
+          last = usageOf(JSON.parse(buf));
+        } catch {}
+      }
+      if (last) countUsage(last);
+    },
+  };
+}
+
 let restartDelay = 1000;
 function scheduleRestart(model) {
   if (restartTimer) return;
@@ -384,6 +488,7 @@ function scheduleRestart(model) {
     try {
       if (canStop()) await stopServer();
       await startServer(model, current);
+      await warm();
       status.state = 'ready';
       restartDelay = 1000;
       log('llama-server restarted');
@@ -438,6 +543,11 @@ function proxy(req, res) {
   delete headers.host;
   const up = http.request({ host, port, method: req.method, path: req.url, headers }, (ur) => {
     res.writeHead(ur.statusCode, ur.headers);
+    if (ur.statusCode === 200) {
+      const tap = usageTap(ur.headers['content-type']);
+      ur.on('data', (d) => tap.data(d));
+      ur.on('end', () => tap.end());
+    }
     ur.pipe(res);
     ur.on('error', () => res.destroy());
   });
@@ -524,6 +634,8 @@ async function main() {
   const model = await fetchModel();
   status.state = 'loading';
   await tune(model);
+  status.state = 'warming';
+  await warm();
   status.state = 'ready';
   supervising = true;
   log(`ready: ${JSON.stringify(status.settings)}, ${status.tok_s.toFixed(1)} tok/s`);

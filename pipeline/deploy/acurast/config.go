@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,6 +63,21 @@ const (
 	// TunnelKeyEnv is the phone variable carrying the replica's tunnel key.
 	TunnelKeyEnv = "TUNNEL_KEY"
 )
+
+// PricePerHour is what one phone-hour costs in ACU under o (its reward per replica over its duration; the
+// defaults: 0.8 ACU per phone per day), with the basis of the figure. It is the ceiling the deployment offers
+// (maxCostPerExecution); the matcher may settle below it.
+func (o Options) PricePerHour() (float64, string) {
+	d := o.withDefaults(func(string) string { return "" })
+	acu := float64(d.MaxCostPerExecution) / PicoPerACU
+	hours := d.Duration.Hours()
+	basis := fmt.Sprintf("Acurast reward of %s ACU per phone for %s h (maxCostPerExecution", formatACU(big.NewInt(d.MaxCostPerExecution)),
+		strconv.FormatFloat(hours, 'g', 4, 64))
+	if o.MaxCostPerExecution == 0 {
+		basis += "; default 0.8 ACU per phone-day, acurast.md §5.3"
+	}
+	return acu / hours, basis + ")"
+}
 
 // withDefaults fills zero fields; getenv reads endpoint overrides.
 func (o Options) withDefaults(getenv func(string) string) Options {
@@ -322,6 +338,9 @@ func PhoneConfig(spec deploy.Spec, version string) (deploy.PhoneConfig, error) {
 		return deploy.PhoneConfig{}, err
 	}
 	c := deploy.NewPhoneConfig(spec, version)
+	if c.Warm, err = deploy.ReadWarm(spec.Warm); err != nil {
+		return deploy.PhoneConfig{}, err
+	}
 	c.TunnelKeyEnv = TunnelKeyEnv
 	if o.Network == "canary" {
 		c.Tunnel = deploy.CanaryTunnel

@@ -533,6 +533,7 @@ func (f *Fleet) Status(ctx context.Context, id string) (deploy.Status, error) {
 			}
 			if _, body, err := f.get(ctx, r.URL+"/status"); err == nil && json.Valid(body) {
 				rs.Detail = body
+				rs.Cache = phoneCache(body)
 			}
 		}
 		st.Replicas = append(st.Replicas, rs)
@@ -602,4 +603,26 @@ func (f *Fleet) Stop(ctx context.Context, id string) error {
 	}
 	d.State = deploy.StateStopped
 	return f.Store.Save(d)
+}
+
+// phoneCache reads the prompt-cache counters the phone entrypoint keeps in its /status ("cache").
+func phoneCache(status []byte) *deploy.CacheStats {
+	var s struct {
+		Cache *struct {
+			Requests     int64 `json:"requests"`
+			Hits         int64 `json:"hits"`
+			PromptTokens int64 `json:"prompt_tokens"`
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"cache"`
+	}
+	if json.Unmarshal(status, &s) != nil || s.Cache == nil || s.Cache.Requests < 0 || s.Cache.PromptTokens < 0 ||
+		s.Cache.CachedTokens < 0 || s.Cache.CachedTokens > s.Cache.PromptTokens {
+		return nil
+	}
+	c := &deploy.CacheStats{Requests: s.Cache.Requests, Hits: s.Cache.Hits, PromptTokens: s.Cache.PromptTokens,
+		CachedTokens: s.Cache.CachedTokens, Source: "replica"}
+	if c.PromptTokens > 0 {
+		c.HitRate = float64(c.CachedTokens) / float64(c.PromptTokens)
+	}
+	return c
 }

@@ -188,3 +188,17 @@ func TestErrorClasses(t *testing.T) {
 		t.Errorf("bad network: %v", err)
 	}
 }
+
+// TestPhoneCache: status reads the prompt-cache counters the phone entrypoint keeps in /status, and nothing
+// from a status that has none or holds nonsense.
+func TestPhoneCache(t *testing.T) {
+	c := phoneCache([]byte(`{"state":"ready","cache":{"requests":10,"hits":8,"prompt_tokens":70000,"cached_tokens":56700,"hit_rate":0.81}}`))
+	if c == nil || c.Requests != 10 || c.Hits != 8 || c.HitRate != 0.81 || c.Source != "replica" {
+		t.Fatalf("%+v", c)
+	}
+	for _, s := range []string{`{"state":"ready"}`, `{"cache":{"requests":1,"prompt_tokens":5,"cached_tokens":9}}`, `{"cache":"x"}`, `[`} {
+		if c := phoneCache([]byte(s)); c != nil {
+			t.Errorf("%s: %+v", s, c)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/phonellm/phonellm/pipeline/deploy"
+	"github.com/phonellm/phonellm/runtime/gateway"
 )
 
 // Plan is what one replica is started with; Options.Command turns it into a command line.
@@ -111,8 +112,9 @@ func New(o Options) (*Fleet, error) {
 }
 
 // DefaultCommand runs this executable's serve command: `serve MODEL --port P --threads T --parallel S --host
-// 127.0.0.1 [--alias ID] [--ctx C] [--batch B] [--flash-attn] [--api-key-env NAME]`. The alias is the spec's
-// model ID, so the replicas serve the model under the name clients (and the gateway) ask for.
+// 127.0.0.1 [--alias ID] [--ctx C] [--batch B] [--flash-attn] [--api-key-env NAME] [--kv-type T] [--warm
+// FILE...]`. The alias is the spec's model ID, so the replicas serve the model under the name clients (and the
+// gateway) ask for; each replica warms the spec's shared prefixes before it reports ready.
 func DefaultCommand(spec deploy.Spec, p Plan) ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -134,6 +136,12 @@ func DefaultCommand(spec deploy.Spec, p Plan) ([]string, error) {
 	}
 	if p.APIKeyEnv != "" {
 		argv = append(argv, "--api-key-env", p.APIKeyEnv)
+	}
+	if spec.KVType != "" && spec.KVType != "f16" {
+		argv = append(argv, "--kv-type", spec.KVType)
+	}
+	for _, w := range spec.Warm {
+		argv = append(argv, "--warm", w)
 	}
 	return argv, nil
 }
@@ -476,6 +484,16 @@ func (f *Fleet) Status(ctx context.Context, id string) (deploy.Status, error) {
 		}()
 	}
 	wg.Wait()
+	if g := st.Gateway; g != nil && g.Healthy {
+		// Prompt-cache hit rates, as the gateway counted what each replica reported.
+		if m, err := f.gatewayCache(ctx, d); err == nil {
+			for i := range st.Replicas {
+				if c, ok := m[fmt.Sprintf("replica-%d", st.Replicas[i].Index)]; ok {
+					st.Replicas[i].Cache = c
+				}
+			}
+		}
+	}
 	states := make([]deploy.State, 0, len(st.Replicas)+1)
 	for _, r := range st.Replicas {
 		states = append(states, r.State)
@@ -554,6 +572,34 @@ func (f *Fleet) gatewayStatus(ctx context.Context, d deploy.Deployment, p Proces
 	}
 	gs.Detail, _ = json.Marshal(det)
 	return gs
+}
+
+// gatewayCache reads the per-replica prompt-cache counters from the deployment's gateway's /metrics (with the
+// deployment's API key when its variable is set here), by replica name.
+func (f *Fleet) gatewayCache(ctx context.Context, d deploy.Deployment) (map[string]*deploy.CacheStats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.Gateway.URL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	if d.Spec.APIKeyEnv != "" {
+		if key := os.Getenv(d.Spec.APIKeyEnv); key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+	}
+	resp, err := f.o.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(deploy.GatewayIdentityHeader) != d.Gateway.Identity {
+		return nil, fmt.Errorf("gateway metrics: status %d", resp.StatusCode)
+	}
+	out := map[string]*deploy.CacheStats{}
+	for name, c := range gateway.ParseReplicaMetrics(io.LimitReader(resp.Body, 4<<20)) {
+		out[name] = &deploy.CacheStats{Requests: c.Hits + c.Misses, Hits: c.Hits, PromptTokens: c.PromptTokens,
+			CachedTokens: c.CachedTokens, HitRate: c.HitRate(), Source: "gateway"}
+	}
+	return out, nil
 }
 
 // health GETs /health and returns its JSON body (bounded) when the answer is 200.

@@ -290,3 +290,49 @@ func TestResumeRebindsGateway(t *testing.T) {
 		t.Fatalf("through the resumed gateway at %s: %v", d.Gateway.URL, err)
 	}
 }
+
+// TestStatusHitRate: status reports each replica's prompt-cache hit rate as the deployment's gateway counted
+// what the replicas reported: five reviews of one rubric through the gateway, the first a miss and the others
+// hits on the replica that holds it.
+func TestStatusHitRate(t *testing.T) {
+	t.Setenv("PHONELLM_TEST_FLEET_KEY", testKey)
+	f := testFleet(t, t.TempDir())
+	spec := testSpec(t, 2)
+	spec.APIKeyEnv = "PHONELLM_TEST_FLEET_KEY"
+	d := shipT(t, f, spec)
+	rubric := "Rubric: weigh the evidence and answer with RISK_LEVEL from one to five."
+	for i := range 5 {
+		body := `{"model":"tiny","max_tokens":4,"messages":[{"role":"system","content":"` + rubric + `"},{"role":"user","content":"case ` + strconv.Itoa(i) + `"}]}`
+		req, _ := http.NewRequest(http.MethodPost, d.Gateway.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := shipClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("review %d: HTTP %d", i, resp.StatusCode)
+		}
+	}
+	st, err := f.Status(context.Background(), d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests, hits int64
+	for _, r := range st.Replicas {
+		if r.Cache == nil || r.Cache.Source != "gateway" {
+			t.Fatalf("replica %d has no cache counts: %+v", r.Index, r)
+		}
+		requests += r.Cache.Requests
+		hits += r.Cache.Hits
+	}
+	if requests != 5 || hits != 4 {
+		t.Fatalf("status counts %d answers, %d hits; want 5 and 4 (%+v / %+v)", requests, hits, st.Replicas[0].Cache, st.Replicas[1].Cache)
+	}
+	// Without the key the gateway's metrics stay closed: status still works, without hit rates.
+	t.Setenv("PHONELLM_TEST_FLEET_KEY", "")
+	st, err = f.Status(context.Background(), d.ID)
+	if err != nil || st.Replicas[0].Cache != nil {
+		t.Fatalf("status without the key: %v, cache %+v", err, st.Replicas[0].Cache)
+	}
+}

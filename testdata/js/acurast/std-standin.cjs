@@ -12,8 +12,9 @@
 //                                   With PHONELLM_STD_LLAMA_DIALECT=phonellm-serve the llama-server flags are
 //                                   translated for `phonellm serve`: --model M -> positional M, --ctx-size T
 //                                   -> --ctx T/parallel, --batch-size -> --batch, --flash-attn on ->
-//                                   --flash-attn, --alias -> --alias; --ubatch-size and llama.cpp-only
-//                                   memory flags (--cache-ram, --ctx-checkpoints) are dropped
+//                                   --flash-attn, --alias -> --alias, --cache-type-k T -> --kv-type T;
+//                                   --ubatch-size, --cache-type-v and llama.cpp-only memory flags
+//                                   (--cache-ram, --ctx-checkpoints) are dropped
 //   _STD_.llama.server.stop()       kills it (SIGTERM, then SIGKILL) and resolves when it has exited
 //   _STD_.tunnel.start(spec, ok, err)
 //                                   a TCP relay on a free loopback port forwarding to spec.localAddr; checks the
@@ -48,6 +49,7 @@ function toPhonellmServe(argv) {
   if (o['--batch-size']) out.push('--batch', o['--batch-size']);
   if (o['--flash-attn'] === 'on') out.push('--flash-attn');
   if (o['--alias']) out.push('--alias', o['--alias']);
+  if (o['--cache-type-k']) out.push('--kv-type', o['--cache-type-k']);
   out.push('--host', o['--host'] || '127.0.0.1', '--port', o['--port'] || '8080');
   out.push(o['--model']);
   return out;
