@@ -103,9 +103,24 @@ func (s *Server) generateError(ctx context.Context, err error, req *request, lim
 		return contextError(ctx)
 	case isConstraintError(err):
 		return constraintError(err, req.constraintParam)
+	case isInputError(err):
+		// The engine refused the request (llama-server's 400: a grammar it
+		// cannot parse, a field it does not take).
+		param := ""
+		if req.greq.Constraint != nil {
+			param = req.constraintParam
+		}
+		return httpx.BadRequest(param, "", "The model's server refused the request: %s", httpx.CapText(err.Error(), 512))
 	}
 	s.o.Logger.Error("generation failed", "error", err)
 	return serverError("generation_failed", "generation failed: %s", httpx.CapText(err.Error(), 512))
+}
+
+// isInputError reports an error that says it is the request's fault
+// (pipeline's error contract).
+func isInputError(err error) bool {
+	var ie interface{ InputError() bool }
+	return errors.As(err, &ie) && ie.InputError()
 }
 
 // stream runs the request and writes Server-Sent Events in OpenAI's chunk
