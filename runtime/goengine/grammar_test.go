@@ -55,7 +55,9 @@ func cross(parts ...[]string) []string {
 }
 
 func equivCases() []equivCase {
-	gbnf := func(src string) func() (*grammar.Grammar, error) { return func() (*grammar.Grammar, error) { return grammar.Parse(src) } }
+	gbnf := func(src string) func() (*grammar.Grammar, error) {
+		return func() (*grammar.Grammar, error) { return grammar.Parse(src) }
+	}
 	schema := func(src string) func() (*grammar.Grammar, error) {
 		return func() (*grammar.Grammar, error) { return grammar.FromJSONSchema([]byte(src)) }
 	}
