@@ -5,8 +5,6 @@ import (
 	"testing"
 )
 
-
-
 // TestCalibrationHandComputed checks every figure on four items worked out
 // by hand (labels 1, 2, 3; "3" is high risk; two confidence bins).
 func TestCalibrationHandComputed(t *testing.T) {

@@ -40,7 +40,9 @@ func TestContractPassesThrough(t *testing.T) {
 		"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"level\\\":4}\"}}]},\"logprobs\":{\"content\":[{\"token\":\"4\",\"logprob\":-0.1,\"bytes\":[52],\"top_logprobs\":[]}]},\"finish_reason\":null}]}\n\n" +
 		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"status":"ok","slots_idle":1,"slots_processing":0}`) })
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"status":"ok","slots_idle":1,"slots_processing":0}`)
+	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
