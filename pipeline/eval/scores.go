@@ -326,10 +326,10 @@ func splitProbs(answers []string, entries []lpEntry, s int, prefix string, live 
 	out := map[int]float64{}
 	for i, a := range alts {
 		set := consistent(prefix + a.text)
-		if len(set) == 0 {
+		if len(set) == 0 || math.IsNaN(a.lp) {
 			continue
 		}
-		p := math.Exp(a.lp)
+		p := math.Exp(min(a.lp, 0)) // a server's log-probability above 0 is at most certainty
 		switch {
 		case len(set) == 1:
 			out[set[0]] += p
@@ -376,7 +376,10 @@ func scoreItem(ctx context.Context, client *http.Client, url string, ep Endpoint
 				return r.text, nil, errors.New("eval: the server sent no logprobs")
 			}
 			for _, e := range r.logprobs {
-				lps[k] += e.Logprob
+				lps[k] += min(e.Logprob, 0)
+			}
+			if math.IsNaN(lps[k]) || math.IsInf(lps[k], 0) {
+				return r.text, nil, fmt.Errorf("eval: the server's log-probabilities of %q sum to %v", a, lps[k])
 			}
 		}
 		return answers[argmaxF64(lps)], normalizeLogprobs(lps), nil

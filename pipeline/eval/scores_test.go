@@ -251,3 +251,66 @@ func TestScoreAndGateErrors(t *testing.T) {
 		t.Fatalf("answers of another dataset: %v", err)
 	}
 }
+
+// FuzzLabelProbs: any logprobs a server sends give either no scores or a
+// probability vector over the labels.
+func FuzzLabelProbs(f *testing.F) {
+	f.Add(`[{"token":"RISK_LEVEL: ","logprob":-0.1},{"token":"4","logprob":-0.5,"top_logprobs":[{"token":"4","logprob":-0.5},{"token":"5","logprob":-1.2}]}]`, "RISK_LEVEL: {label}", "1,2,3,4,5")
+	f.Add(`[{"token":"1","logprob":-0.5,"bytes":[49],"top_logprobs":[{"token":"2","logprob":-0.9,"bytes":[50]}]},{"token":"0","logprob":0}]`, "{label}", "10,11,2")
+	f.Fuzz(func(t *testing.T, raw, answer, labels string) {
+		var entries []lpEntry
+		if json.Unmarshal([]byte(raw), &entries) != nil || len(entries) > 256 {
+			return
+		}
+		so := ScoreOptions{Labels: strings.Split(labels, ","), Answer: answer}
+		if so.Validate() != nil || len(so.Labels) > 32 {
+			return
+		}
+		p, ok := labelProbs(so.withDefaults().answers(), entries)
+		if !ok {
+			return
+		}
+		sum := 0.0
+		for _, v := range p {
+			if math.IsNaN(v) || v < 0 || v > 1+1e-9 {
+				t.Fatalf("probability %v in %v", v, p)
+			}
+			sum += v
+		}
+		if len(p) != len(so.Labels) || math.Abs(sum-1) > 1e-9 {
+			t.Fatalf("%v sums to %v", p, sum)
+		}
+	})
+}
+
+// FuzzLoadAnswers: an answers file from a stranger is read or refused with
+// a FormatError, never a panic, and what is read is consistent.
+func FuzzLoadAnswers(f *testing.F) {
+	f.Add(`{"item":1,"label":"1","prediction":"1","reply":"RISK_LEVEL: 1","probs":{"1":0.9,"2":0.1},"latency_ms":3}` + "\n" +
+		`{"item":2,"label":"2","prediction":"","reply":"","error":"boom","latency_ms":0}`)
+	f.Add(`{"item":1,"label":"1","probs":{"1":0.5}}`)
+	dir := f.TempDir()
+	items := []Item{{Label: "1"}, {Label: "2"}}
+	f.Fuzz(func(t *testing.T, data string) {
+		path := filepath.Join(dir, "a.jsonl")
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ans, err := loadAnswers(path, items, []string{"1", "2"})
+		if err != nil {
+			var fe *FormatError
+			if !errors.As(err, &fe) {
+				t.Fatalf("%q: %v is not a FormatError", data, err)
+			}
+			return
+		}
+		if len(ans) != len(items) {
+			t.Fatalf("%d answers", len(ans))
+		}
+		for _, a := range ans {
+			if a.Probs != nil && len(a.Probs) != 2 || a.Latency < 0 {
+				t.Fatalf("answer %+v", a)
+			}
+		}
+	})
+}

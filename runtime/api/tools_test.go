@@ -203,6 +203,29 @@ func TestForcedToolCalls(t *testing.T) {
 	}
 }
 
+// TestForcedCallClosesReasoning: Qwen3.5's template leaves the model in a
+// reasoning block ("<think>\n" ends the prompt); a forced call may close it
+// at once, and the closing tag is not content.
+func TestForcedCallClosesReasoning(t *testing.T) {
+	reply := "</think>\n\n<tool_call>\n<function=get_time>\n<parameter=zone>\nCET\n</parameter>\n</function>\n</tool_call>"
+	rec := &replyRecorder{reply: reply}
+	ts, _, _ := newServer(t, enginetest.Options{Reply: rec.Reply, ChatTemplate: qwenTemplate(t, qwen35Template), ContextLength: 4096}, Options{})
+	u := ts.URL + "/v1/chat/completions"
+	body := chatBody("time?", map[string]any{"tools": weatherTools, "tool_choice": "required", "temperature": 0})
+	r := decode[ChatResponse](t, post(t, u, "", body), 200)
+	if !strings.HasSuffix(rec.lastPrompt(), "<think>\n") {
+		t.Fatalf("the prompt does not open a reasoning block:\n%s", rec.lastPrompt())
+	}
+	m := r.Choices[0].Message
+	if m.Content != "" || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"zone":"CET"}` {
+		t.Fatalf("message %+v", m)
+	}
+	content, calls, _ := streamedCalls(t, u, body)
+	if content != "" || len(calls) != 1 || calls[0].Function != m.ToolCalls[0].Function {
+		t.Fatalf("streamed %q %+v", content, calls)
+	}
+}
+
 // checkWeatherCall checks a call against weatherTools' schemas.
 func checkWeatherCall(t *testing.T, f ToolFunctionOut, anyTool bool) {
 	t.Helper()
