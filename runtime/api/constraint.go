@@ -26,7 +26,10 @@ import (
 //   - grammar: a GBNF grammar (llama-server's field and syntax);
 //   - choices: ["RISK_LEVEL: 1", …, "RISK_LEVEL: 5"], phonellm's
 //     extension: the answer is exactly one of the strings (any tokenization
-//     of it), and generation stops as soon as one is complete.
+//     of it), and generation stops as soon as one is complete. llama-server
+//     does not know the field and ignores it: a fleet whose replicas run
+//     llama-server (the phones) needs the same constraint as a grammar,
+//     root ::= "RISK_LEVEL: 1" | … (runtime/grammar.Choices writes it).
 //
 // At most one of them per request. The JSON Schema subset is llama.cpp's
 // (runtime/grammar); a keyword outside it is refused by name rather than

@@ -180,3 +180,34 @@ func TestConstraintErrors(t *testing.T) {
 	}
 	decode[ChatResponse](t, post(t, u, "", chatBody("x", map[string]any{"choices": []string{"fine"}})), 200)
 }
+
+// TestConstraintFailsWhileGenerating: a grammar that leads the model where
+// no token can go (here a token reference to an end-of-generation token
+// that cannot end the text) stops that request with a 400 naming the
+// field, or an error event when streaming, and frees its slot.
+func TestConstraintFailsWhileGenerating(t *testing.T) {
+	ts, _, s := newServer(t, enginetest.Options{Reply: func(string) string { return "abc" }}, Options{Parallel: 1})
+	u := ts.URL + "/v1/chat/completions"
+	bad := map[string]any{"grammar": `root ::= "a" <|im_end|> "b"`}
+	e := decode[errorBody](t, post(t, u, "", chatBody("x", bad)), 400)
+	if e.Error["param"] != "grammar" || !strings.Contains(e.Error["message"].(string), "allows no token") {
+		t.Fatalf("error %v", e.Error)
+	}
+	stream := chatBody("x", bad)
+	stream["stream"] = true
+	resp := post(t, u, "", stream)
+	events := readSSE(t, resp.Body)
+	resp.Body.Close()
+	if len(events) < 2 || !strings.Contains(events[len(events)-2], `"param":"grammar"`) || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("stream %q", events)
+	}
+	s.mu.Lock()
+	busy := s.busy
+	s.mu.Unlock()
+	if busy != 0 {
+		t.Fatalf("%d slots still busy", busy)
+	}
+	if r := decode[ChatResponse](t, post(t, u, "", chatBody("x", map[string]any{"grammar": `root ::= "a"`})), 200); r.Choices[0].Message.Content != "a" {
+		t.Fatalf("next request: %+v", r.Choices[0])
+	}
+}
