@@ -8,9 +8,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/phonellm/phonellm/internal/testkit/oracle"
+	"github.com/phonellm/phonellm/internal/testkit/tinygguf"
 	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/internal/testkit/tinygguf"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 	"github.com/phonellm/phonellm/runtime/grammar"
 )
