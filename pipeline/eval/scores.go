@@ -362,10 +362,11 @@ func scoreItem(ctx context.Context, client *http.Client, url string, ep Endpoint
 			if err != nil {
 				return "", nil, err
 			}
-			if maxTokens == 0 {
-				maxTokens = 16 + len(a)
+			n := maxTokens
+			if n == 0 {
+				n = 16 + len(a) // the answer's tokens, at most one per byte, and room for a stray one
 			}
-			r, err := chat(ctx, client, url, ep, it.Messages, maxTokens, fields)
+			r, err := chat(ctx, client, url, ep, it.Messages, n, fields)
 			if err != nil {
 				return "", nil, err
 			}
