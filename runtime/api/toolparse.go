@@ -46,6 +46,13 @@ const (
 	xmlParamOpen  = "<parameter="
 	xmlParamClose = "</parameter>"
 	thinkEnd      = "</think>"
+
+	// maxHead bounds the text read as a JSON call's head before the
+	// arguments ({"name": …, "arguments":), so that re-reading it as it
+	// grows stays cheap.
+	maxHead = 8 << 10
+	// maxName bounds an XML call's function name.
+	maxName = 256
 )
 
 // toolEvent is one thing the parser found.
@@ -182,6 +189,7 @@ func (p *toolParser) step() bool {
 		s := strings.TrimLeft(p.buf, " \t\r\n")
 		switch {
 		case s == "":
+			p.consume(len(p.buf)) // white space: kept in raw only, so the buffer does not grow
 			return false
 		case s[0] == '{':
 			p.st = psJSONHead
@@ -222,14 +230,14 @@ func (p *toolParser) step() bool {
 	case psXMLName:
 		i := strings.IndexByte(p.buf, '>')
 		if i < 0 {
-			if strings.ContainsAny(p.buf, "\n<") || len(p.buf) > 256 {
+			if strings.ContainsAny(p.buf, "\n<") || len(p.buf) > maxName {
 				p.st = psRaw
 				return true
 			}
 			return false
 		}
 		name := strings.TrimSpace(p.buf[:i])
-		if name == "" || strings.ContainsAny(p.buf[:i], "\n<") {
+		if name == "" || i > maxName || strings.ContainsAny(p.buf[:i], "\n<") {
 			p.st = psRaw
 			return true
 		}
@@ -338,6 +346,7 @@ func (p *toolParser) stepXMLParam() bool {
 	s := strings.TrimLeft(p.buf, " \t\r\n")
 	switch {
 	case s == "":
+		p.consume(len(p.buf))
 		return false
 	case strings.HasPrefix(s, xmlFuncClose):
 		p.consume(len(p.buf) - len(s) + len(xmlFuncClose))
@@ -487,9 +496,6 @@ func jsonHead(s string) (name string, n int, st headStatus) {
 				return v, headOK
 			}
 		}
-		if len(s)-i > 4096 {
-			return "", headBad
-		}
 		return "", headMore
 	}
 	steps := []func() headStatus{
@@ -522,10 +528,16 @@ func jsonHead(s string) (name string, n int, st headStatus) {
 	}
 	for _, f := range steps {
 		if st := f(); st != headOK {
+			if st == headMore && len(s) > maxHead {
+				st = headBad // not a head a model writes: stop re-reading it
+			}
 			return "", 0, st
 		}
 	}
 	ws()
+	if i > maxHead {
+		return "", 0, headBad
+	}
 	return name, i, headOK
 }
 

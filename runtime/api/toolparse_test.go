@@ -106,3 +106,27 @@ func FuzzToolParser(f *testing.F) {
 		}
 	})
 }
+
+// TestToolParserBounds: a head longer than maxHead is read whole at its
+// closing tag (not re-read as it streams), the same whether it arrives
+// whole or in pieces, and long white space does not accumulate.
+func TestToolParserBounds(t *testing.T) {
+	long := "<tool_call>{\"name\": \"" + strings.Repeat("n", maxHead) + "\", \"arguments\": {}}</tool_call>"
+	whole := parseChunks(long, nil, nil)
+	if len(whole.Calls) != 1 || whole.Calls[0][1] != "{}" {
+		t.Fatalf("a %d-byte head: %+v", len(long), whole.Calls)
+	}
+	for _, cut := range []int{30, maxHead / 2, maxHead + 20} {
+		if got := parseChunks(long, []int{cut}, nil); !reflect.DeepEqual(got, whole) {
+			t.Fatalf("cut at %d: %d calls", cut, len(got.Calls))
+		}
+	}
+	p := newToolParser(nil)
+	p.Push(tagOpen)
+	for range 10000 {
+		p.Push(" ")
+	}
+	if len(p.buf) != 0 {
+		t.Fatalf("%d bytes of white space held in the buffer", len(p.buf))
+	}
+}
