@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/phonellm/phonellm/pipeline/eval"
@@ -20,6 +21,8 @@ func newEvalCmd(a *app) *cobra.Command {
 	var o eval.Options
 	var endpoint, vs, model, vsModel, keyEnv, vsKeyEnv string
 	var ctxLen, threads int
+	var labels string
+	var gates []string
 	cmd := &cobra.Command{
 		Use:   "eval [--reference F16.gguf --candidate Q4_K_M.gguf --prompts FILE] [--dataset TASK.jsonl --endpoint URL [--vs URL]]",
 		Short: "Quality gate: KL divergence vs the reference model, and task accuracy/F1 on labelled prompts",
@@ -31,9 +34,22 @@ logits at a time, no logits file): KL divergence (mean, median, p99, max), top-1
 
 Task: score an OpenAI-compatible endpoint (phonellm serve, the gateway, or another provider) on labelled JSONL
 ({"messages":[…], "label":"5"}) with an answer pattern (default RISK_LEVEL:\s*(\d+)): accuracy, per-class
-precision/recall/F1, macro-F1, latency p50/p95. --vs scores a second endpoint side by side.
+precision/recall/F1, macro-F1, latency p50/p95. --vs scores a second endpoint side by side. --save FILE keeps
+the endpoint's answers; a file saved so stands in for --endpoint or --vs later (same dataset).
 
-Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fail, so ship can run it first.`,
+Scores: with --labels 1,2,3,4,5 every answer is one of "RISK_LEVEL: 1" … "RISK_LEVEL: 5" (--answer) and the
+endpoint's log-probabilities give each item a probability per label: one request held to the answers by a GBNF
+grammar (--constrain grammar: phonellm serve and llama-server; choices: phonellm's extension; none: any server
+with logprobs) read where the answers part, or with --score-method each one forced request per label. The most
+probable label is the prediction, and eval reports the Brier score, log-loss, expected calibration error (with a
+reliability table), ROC-AUC for "high risk" (--high-risk 4: that label and above) and precision/recall/FPR when
+an item is flagged at P(high risk) >= --cutoff.
+
+Thresholds (--max-kld, --min-top1, --max-f1-drop, and --gate on any figure) make eval exit 4 when they fail, so
+ship can run it first. --gate takes FIGURE>=VALUE or FIGURE<=VALUE, repeatable; a figure the run did not
+produce fails its gate. The figures:
+
+` + eval.Metrics(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dist.Reference == "" && o.Task.Dataset == "" {
@@ -53,12 +69,28 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 			}
 			if o.Task.Dataset != "" {
 				if endpoint == "" {
-					return usageError("--dataset needs --endpoint URL")
+					return usageError("--dataset needs --endpoint URL (or an answers file saved with --save)")
 				}
-				o.Task.Endpoint = eval.Endpoint{BaseURL: endpoint, Model: model, APIKey: os.Getenv(keyEnv)}
+				o.Task.Endpoint = endpointOf(endpoint, model, os.Getenv(keyEnv))
 				if vs != "" {
-					o.Task.Vs = eval.Endpoint{BaseURL: vs, Model: vsModel, APIKey: os.Getenv(vsKeyEnv)}
+					o.Task.Vs = endpointOf(vs, vsModel, os.Getenv(vsKeyEnv))
 				}
+			}
+			if labels != "" {
+				o.Task.Scores.Labels = strings.Split(labels, ",")
+				for i, l := range o.Task.Scores.Labels {
+					o.Task.Scores.Labels[i] = strings.TrimSpace(l)
+				}
+			}
+			if err := o.Task.Scores.Validate(); err != nil {
+				return usageError("%v", err)
+			}
+			for _, g := range gates {
+				gate, err := eval.ParseGate(g)
+				if err != nil {
+					return usageError("--gate: %v", err)
+				}
+				o.Thresholds.Gates = append(o.Thresholds.Gates, gate)
 			}
 			res, err := eval.Run(a.ctx, o, a.reporter())
 			if err != nil {
@@ -104,6 +136,15 @@ Thresholds (--max-kld, --min-top1, --max-f1-drop) make eval exit 4 when they fai
 	f.Float64Var(&o.Thresholds.MaxKLD, "max-kld", 0, "fail when the mean KL divergence is above this (nats)")
 	f.Float64Var(&o.Thresholds.MinTop1, "min-top1", 0, "fail when top-1 agreement is below this fraction (0.9 = 90 %)")
 	f.Float64Var(&o.Thresholds.MaxF1Drop, "max-f1-drop", 0, "fail when macro-F1 is this much below --vs's (fraction)")
+	f.StringVar(&o.Task.Save, "save", "", "write --endpoint's answers (and scores) to this JSONL file, for a later --vs FILE")
+	f.StringVar(&labels, "labels", "", "the answers' labels, comma-separated (e.g. 1,2,3,4,5): read their probabilities and report calibration")
+	f.StringVar(&o.Task.Scores.Answer, "answer", "", `a label's answer, {label} replaced (default "RISK_LEVEL: {label}")`)
+	f.StringVar(&o.Task.Scores.Method, "score-method", "", "how to read the labels' probabilities: logprobs (one request) or each (one forced request per label)")
+	f.StringVar(&o.Task.Scores.Constrain, "constrain", "", "how score requests hold the answer: grammar (default), choices (phonellm) or none")
+	f.StringVar(&o.Task.Scores.HighRisk, "high-risk", "", "lowest label counted as high risk for ROC-AUC and the cutoff (default: the second-highest)")
+	f.Float64Var(&o.Task.Scores.Cutoff, "cutoff", 0, "flag an item as high risk when P(high risk) is at least this (default 0.5)")
+	f.IntVar(&o.Task.Scores.Bins, "bins", 0, "bins of the expected calibration error (default 10)")
+	f.StringArrayVar(&gates, "gate", nil, "fail (exit 4) unless FIGURE>=VALUE or FIGURE<=VALUE holds, e.g. auc>=0.85 (repeatable; figures listed above)")
 	return cmd
 }
 
@@ -145,6 +186,14 @@ func pickCandidate(a *app, reference string) (string, error) {
 	return pick, nil
 }
 
+// endpointOf reads --endpoint or --vs: an http(s) URL, or an answers file saved with --save.
+func endpointOf(v, model, key string) eval.Endpoint {
+	if strings.HasPrefix(v, "http://") || strings.HasPrefix(v, "https://") {
+		return eval.Endpoint{BaseURL: v, Model: model, APIKey: key}
+	}
+	return eval.Endpoint{File: v, Model: model}
+}
+
 func printEval(w io.Writer, r eval.Result) {
 	if d := r.Distribution; d != nil {
 		fmt.Fprintf(w, "distribution: %s vs %s (%d positions, %d prompts)\n", d.Candidate, d.Reference, d.Positions, d.Prompts)
@@ -174,9 +223,28 @@ func printEval(w io.Writer, r eval.Result) {
 			fmt.Fprintf(tw, "  %s\t%.3f\t%.3f\t%.3f\t%d\n", c.Label, c.Precision, c.Recall, c.F1, c.Support)
 		}
 		tw.Flush()
+		if s := t.Scores; s != nil {
+			fmt.Fprintf(w, "  scores: %s\n", s)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "  confidence\titems\tmean confidence\taccuracy")
+			for _, b := range s.Reliability {
+				if b.Count > 0 {
+					fmt.Fprintf(tw, "  %.2f-%.2f\t%d\t%.3f\t%.3f\n", b.Low, b.High, b.Count, b.Confidence, b.Accuracy)
+				}
+			}
+			tw.Flush()
+		}
 	}
 	if c := r.Comparison; c != nil {
 		fmt.Fprintf(w, "vs: agreement %.3f, accuracy Δ %+.3f, macro-F1 drop %+.3f\n", c.Agreement, c.AccuracyDelta, c.MacroF1Drop)
+		if s := c.Scores; s != nil {
+			auc := "n/a"
+			if s.AUCDelta != nil {
+				auc = fmt.Sprintf("%+.4f", *s.AUCDelta)
+			}
+			fmt.Fprintf(w, "vs scores: same most probable label %.3f, mean total variation %.4f, Brier Δ %+.4f, ECE Δ %+.4f, log-loss Δ %+.4f, AUC Δ %s (%d items)\n",
+				s.Agreement, s.MeanTV, s.BrierDelta, s.ECEDelta, s.LogLossDelta, auc, s.Items)
+		}
 	}
 	if r.Pass {
 		fmt.Fprintln(w, "gate: pass")

@@ -116,6 +116,14 @@ GET /v1/models, GET /health and GET /metrics (Prometheus). --parallel slots gene
 queue, and a full queue answers 429 with Retry-After. A prompt that shares a prefix with a slot's previous one
 reuses that slot's KV cache for the prefix.
 
+Answers can be constrained while they are generated: response_format json_object or json_schema, llama-server's
+grammar (GBNF) and json_schema fields, or phonellm's "choices": ["RISK_LEVEL: 1", …] (exactly one of the
+strings). logprobs/top_logprobs return the model's own log-probabilities (before penalties and constraints, as
+OpenAI and llama-server report them). tools/tool_choice render through the model's chat template, and its
+<tool_call> blocks come back as tool_calls (streamed as deltas); tool_choice "required" or a named function
+constrains the answer to calls whose arguments satisfy the tool's schema. With --engine llama-server these map to
+llama-server's grammar and n_probs fields and its /apply-template.
+
 Requests come from strangers, so everything one of them can make the server do is bounded: the body
 (--max-body), the text of the messages and their number (from the context length), the requests tokenizing at
 once (half the cores), the time from arrival to the last byte (--timeout), slow or idle connections (header,

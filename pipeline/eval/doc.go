@@ -15,11 +15,17 @@
 //     with a regular expression (default `RISK_LEVEL:\s*(\d+)`) and scores accuracy, per-class precision,
 //     recall and F1, macro-F1, unparsable answers and latency; with a second endpoint it compares both
 //     side by side on the same items.
+//   - Scores ([ScoreOptions]): when every answer is one of a fixed set of labels (RISK_LEVEL: 1 … 5), the
+//     endpoint's log-probabilities give each item a probability per label (one constrained request read
+//     where the answers part, or one forced request per label), and with it the Brier score, log-loss,
+//     expected calibration error (with a reliability table), ROC-AUC of P(high risk) and the operating
+//     point at a probability cutoff; two endpoints' probabilities compare item by item. An endpoint's
+//     answers can be saved and compared later instead of asked again (answers files).
 //   - The sensitivity check ([Sensitivity], optional and slow) quantizes the reference once per group of
 //     tensors (e.g. every layer's ffn_down) with that group raised to Q8_0, ranks the groups by the KLD this
 //     saves, and suggests --tensor-type overrides with the best gain per MiB.
-//   - The gate ([Thresholds]) turns the figures into a pass/fail verdict with reasons, so `phonellm eval`
-//     exits non-zero and `ship` can run it first.
+//   - The gate ([Thresholds], [Gate]) turns the figures into a pass/fail verdict with reasons, so `phonellm
+//     eval` exits non-zero and `ship` can run it first; a Gate puts a threshold on any figure (auc>=0.85).
 //
 // The result names how the candidate was made when its metadata says so (the importance matrix and an
 // automatic mix, quantize.ReadProvenance). [LogitCache] computes a reference's logits once for many

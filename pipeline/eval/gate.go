@@ -15,6 +15,8 @@ type Thresholds struct {
 	MinTop1 float64 `json:"min_top1,omitempty"`
 	// MaxF1Drop is the largest macro-F1 loss allowed against the Vs endpoint (fraction, 0.02 = 2 points).
 	MaxF1Drop float64 `json:"max_f1_drop,omitempty"`
+	// Gates are thresholds on any figure (gates.go), e.g. auc>=0.85.
+	Gates []Gate `json:"gates,omitempty"`
 }
 
 // Validate checks t.
@@ -26,6 +28,11 @@ func (t Thresholds) Validate() error {
 		return fmt.Errorf("eval: min top-1 %g outside [0, 1] (a fraction: 0.9 is 90 %%)", t.MinTop1)
 	case t.MaxF1Drop < 0 || t.MaxF1Drop > 1:
 		return fmt.Errorf("eval: max F1 drop %g outside [0, 1]", t.MaxF1Drop)
+	}
+	for _, g := range t.Gates {
+		if _, err := ParseGate(g.String()); err != nil || (g.Op != ">=" && g.Op != "<=") {
+			return fmt.Errorf("eval: gate %s is not valid", g)
+		}
 	}
 	return nil
 }
@@ -50,7 +57,7 @@ func (t Thresholds) check(r Result) []string {
 		why = append(why, fmt.Sprintf("macro-F1 %.4f is %.4f below the baseline's %.4f (at most %.4f allowed)",
 			r.Task.MacroF1, c.MacroF1Drop, r.Vs.MacroF1, t.MaxF1Drop))
 	}
-	return why
+	return append(why, checkGates(t.Gates, r)...)
 }
 
 // ErrGateFailed is matched (errors.Is) by the error of a Result that did not pass.

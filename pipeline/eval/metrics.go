@@ -39,6 +39,8 @@ type TaskResult struct {
 	LatencyP95Ms float64  `json:"latency_p95_ms"`
 	Errors       []string `json:"errors,omitempty"` // the first few request failures
 	Seconds      float64  `json:"seconds"`
+	// Scores are the calibration figures of scored answers (TaskOptions.Scores).
+	Scores *ScoreMetrics `json:"scores,omitempty"`
 }
 
 // ClassMetrics are one class's figures. Precision (recall) is 0 when the class was never predicted (never
@@ -156,6 +158,8 @@ type Comparison struct {
 	MacroF1Drop float64 `json:"macro_f1_drop"`
 	// LatencyP50Ratio is main's p50 latency over vs's (0 when either is unknown).
 	LatencyP50Ratio float64 `json:"latency_p50_ratio,omitempty"`
+	// Scores compares the two endpoints' label probabilities, when both were scored.
+	Scores *ScoreComparison `json:"scores,omitempty"`
 }
 
 // Compare compares two endpoints' results and answers on the same items.

@@ -52,7 +52,7 @@ func (o Options) Validate() error {
 	if !dist && (o.Thresholds.MaxKLD > 0 || o.Thresholds.MinTop1 > 0) {
 		return errors.New("eval: KLD and top-1 thresholds need the distribution check (a reference and a candidate model)")
 	}
-	if o.Thresholds.MaxF1Drop > 0 && (!task || o.Task.Vs.BaseURL == "") {
+	if o.Thresholds.MaxF1Drop > 0 && (!task || o.Task.Vs.BaseURL == "" && o.Task.Vs.File == "") {
 		return errors.New("eval: an F1-drop threshold needs the task check against a baseline endpoint (vs)")
 	}
 	return nil
@@ -102,7 +102,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 			d.MeanKLD, d.P99KLD, d.MaxKLD, 100*d.Top1, d.PPLReference, d.PPLCandidate, d.Positions))
 	}
 	if o.Task.Dataset != "" {
-		if o.Task.Vs.BaseURL != "" {
+		if o.Task.Vs.BaseURL != "" || o.Task.Vs.File != "" {
 			m, v, c, err := CompareEndpoints(ctx, o.Task, rep)
 			if err != nil {
 				return Result{}, err
@@ -119,6 +119,10 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 			if t != nil && t.Failed > 0 {
 				rep.Note(pipeline.Warn, fmt.Sprintf("%s: %d of %d requests failed (counted as wrong); first: %s",
 					t.Endpoint, t.Failed, t.Items, t.Errors[0]))
+			}
+			if t != nil && t.Scores != nil && t.Scores.Unscored > 0 {
+				rep.Note(pipeline.Warn, fmt.Sprintf("%s: no label probabilities for %d of %d items (failed, or the answer did not reach the labels)",
+					t.Endpoint, t.Scores.Unscored, t.Items))
 			}
 		}
 	}

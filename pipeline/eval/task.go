@@ -31,10 +31,14 @@ const (
 	defaultAttempts    = 3
 )
 
-// Endpoint is an OpenAI-compatible server.
+// Endpoint is an OpenAI-compatible server, or the answers one gave in an
+// earlier run (File).
 type Endpoint struct {
 	// BaseURL is the server root; requests go to {BaseURL}/v1/chat/completions (a trailing "/v1" is accepted).
-	BaseURL string `json:"base_url"`
+	BaseURL string `json:"base_url,omitempty"`
+	// File, instead of BaseURL, is a JSONL file of answers saved by an
+	// earlier run (TaskOptions.Save) on the same dataset.
+	File string `json:"file,omitempty"`
 	// APIKey, when set, is sent as "Authorization: Bearer …".
 	APIKey string `json:"-"`
 	// Model is the "model" field of the requests; some servers require it.
@@ -64,6 +68,12 @@ type TaskOptions struct {
 	Attempts int `json:"-"`
 	// Client is the HTTP client; default http.DefaultClient.
 	Client *http.Client `json:"-"`
+	// Scores, when it names labels, reads each answer's label probabilities
+	// and adds calibration figures (scores.go).
+	Scores ScoreOptions `json:"scores,omitzero"`
+	// Save, when set, is a JSONL file the endpoint's answers are written to
+	// (answers.go), so that a later run can compare with them as Vs.
+	Save string `json:"save,omitempty"`
 
 	sleep func(context.Context, time.Duration) error // back-off wait; nil means a timer (tests replace it)
 }
@@ -73,15 +83,15 @@ func (o TaskOptions) Validate() error {
 	switch {
 	case o.Dataset == "":
 		return errors.New("eval: task check needs a labelled dataset")
-	case o.Endpoint.BaseURL == "":
-		return errors.New("eval: task check needs an endpoint URL")
+	case o.Endpoint.BaseURL == "" && o.Endpoint.File == "":
+		return errors.New("eval: task check needs an endpoint URL or an answers file")
 	case o.Concurrency < 0, o.MaxTokens < 0, o.Timeout < 0, o.Attempts < 0:
 		return fmt.Errorf("eval: negative concurrency %d, max tokens %d, timeout %v or attempts %d", o.Concurrency, o.MaxTokens, o.Timeout, o.Attempts)
 	}
 	if _, err := o.pattern(); err != nil {
 		return err
 	}
-	return nil
+	return o.Scores.Validate()
 }
 
 func (o TaskOptions) pattern() (*regexp.Regexp, error) {
@@ -162,6 +172,9 @@ type Answer struct {
 	Latency    time.Duration // round trip of the successful request
 	Attempts   int           // requests made
 	Err        error         // request failure (after the last attempt)
+	// Probs are the labels' probabilities (scored answers); nil when not
+	// scored or not readable. The prediction is then the most probable.
+	Probs []float64
 }
 
 // ask sends every item to ep with at most conc requests in flight and returns the answers in item order.
@@ -196,12 +209,22 @@ func ask(ctx context.Context, o TaskOptions, ep Endpoint, items []Item, re *rege
 				rctx, cancel := context.WithTimeout(gctx, timeout)
 				defer cancel()
 				begin := time.Now()
-				reply, err := chat(rctx, client, url, ep, items[i].Messages, o.MaxTokens)
-				a.Reply, a.Latency, a.Attempts = reply, time.Since(begin), attempt
+				var err error
+				if o.Scores.Enabled() {
+					a.Reply, a.Probs, err = scoreItem(rctx, client, url, ep, items[i], o)
+				} else {
+					var r reply
+					r, err = chat(rctx, client, url, ep, items[i].Messages, o.MaxTokens, nil)
+					a.Reply = r.text
+				}
+				a.Latency, a.Attempts = time.Since(begin), attempt
 				return err
 			})
 			if err := a.Err; err == nil {
 				a.Prediction = extract(re, a.Reply)
+				if a.Probs != nil {
+					a.Prediction = labelOf(o.Scores.Labels, a.Probs)
+				}
 			} else if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -230,31 +253,47 @@ func extract(re *regexp.Regexp, reply string) string {
 	return strings.TrimSpace(m[0])
 }
 
-type chatRequest struct {
-	Model       string           `json:"model,omitempty"`
-	Messages    []engine.Message `json:"messages"`
-	Temperature float64          `json:"temperature"`
-	Stream      bool             `json:"stream"`
-	MaxTokens   int              `json:"max_tokens,omitempty"`
-}
-
 type chatResponse struct {
 	Choices []struct {
 		Message struct {
 			Content *string `json:"content"`
 		} `json:"message"`
+		Logprobs *struct {
+			Content []lpEntry `json:"content"`
+		} `json:"logprobs"`
 	} `json:"choices"`
 }
 
-// chat posts one non-streaming chat completion at temperature 0 and returns the reply text.
-func chat(ctx context.Context, client *http.Client, url string, ep Endpoint, msgs []engine.Message, maxTokens int) (string, error) {
-	body, err := json.Marshal(chatRequest{Model: ep.Model, Messages: msgs, MaxTokens: maxTokens})
+// reply is a chat completion's text and, when asked for, its logprobs.
+type reply struct {
+	text     string
+	logprobs []lpEntry
+}
+
+// chat posts one non-streaming chat completion at temperature 0 and returns the reply. extra are further
+// request fields: an output constraint asks for the reply's logprobs too.
+func chat(ctx context.Context, client *http.Client, url string, ep Endpoint, msgs []engine.Message, maxTokens int, extra map[string]any) (reply, error) {
+	fields := map[string]any{"messages": msgs, "temperature": 0, "stream": false}
+	if ep.Model != "" {
+		fields["model"] = ep.Model
+	}
+	if maxTokens > 0 {
+		fields["max_tokens"] = maxTokens
+	}
+	if extra != nil {
+		for k, v := range extra {
+			fields[k] = v
+		}
+		fields["logprobs"] = true
+		fields["top_logprobs"] = topAlternatives
+	}
+	body, err := json.Marshal(fields)
 	if err != nil {
-		return "", err
+		return reply{}, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return "", fmt.Errorf("eval: %w", err)
+		return reply{}, fmt.Errorf("eval: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if ep.APIKey != "" {
@@ -264,36 +303,40 @@ func chat(ctx context.Context, client *http.Client, url string, ep Endpoint, msg
 	if err != nil {
 		err = fmt.Errorf("eval: POST %s: %w", url, err)
 		if retry.NetworkError(err) {
-			return "", retry.Transient(err)
+			return reply{}, retry.Transient(err)
 		}
-		return "", err
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
 	if err != nil {
-		return "", retry.Transient(fmt.Errorf("eval: POST %s: read reply: %w", url, err))
+		return reply{}, retry.Transient(fmt.Errorf("eval: POST %s: read reply: %w", url, err))
 	}
 	if len(b) > maxResponse {
-		return "", fmt.Errorf("eval: POST %s: reply larger than %d bytes", url, maxResponse)
+		return reply{}, fmt.Errorf("eval: POST %s: reply larger than %d bytes", url, maxResponse)
 	}
 	if resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("eval: POST %s: %s: %.300s", url, resp.Status, bytes.TrimSpace(b))
 		if retry.StatusRetryable(resp.StatusCode) {
 			if d, ok := retry.ServerDelay(resp.Header, time.Now()); ok {
-				return "", retry.After(err, d)
+				return reply{}, retry.After(err, d)
 			}
-			return "", retry.Transient(err)
+			return reply{}, retry.Transient(err)
 		}
-		return "", err
+		return reply{}, err
 	}
 	var cr chatResponse
 	if err := json.Unmarshal(b, &cr); err != nil {
-		return "", fmt.Errorf("eval: POST %s: reply is not a chat completion: %w", url, err)
+		return reply{}, fmt.Errorf("eval: POST %s: reply is not a chat completion: %w", url, err)
 	}
 	if len(cr.Choices) == 0 || cr.Choices[0].Message.Content == nil {
-		return "", fmt.Errorf("eval: POST %s: reply has no choices[0].message.content", url)
+		return reply{}, fmt.Errorf("eval: POST %s: reply has no choices[0].message.content", url)
 	}
-	return *cr.Choices[0].Message.Content, nil
+	r := reply{text: *cr.Choices[0].Message.Content}
+	if lp := cr.Choices[0].Logprobs; lp != nil {
+		r.logprobs = lp.Content
+	}
+	return r, nil
 }
 
 // ScoreTask scores one endpoint on the dataset of o.
@@ -306,24 +349,56 @@ func ScoreTask(ctx context.Context, o TaskOptions, ep Endpoint, rep pipeline.Rep
 		return TaskResult{}, err
 	}
 	re, _ := o.pattern()
-	r, _, err := scoreItems(ctx, o, ep, items, re, rep)
+	r, _, err := scoreItems(ctx, o, ep, items, re, o.Save, rep)
 	return r, err
 }
 
-func scoreItems(ctx context.Context, o TaskOptions, ep Endpoint, items []Item, re *regexp.Regexp, rep pipeline.Reporter) (TaskResult, []Answer, error) {
+// Name is how results name the endpoint: its URL, or its answers file.
+func (ep Endpoint) Name() string {
+	if ep.File != "" {
+		return ep.File
+	}
+	return ep.BaseURL
+}
+
+// scoreItems asks ep (or reads its answers file) and scores the answers;
+// save, when set, is where the answers are written.
+func scoreItems(ctx context.Context, o TaskOptions, ep Endpoint, items []Item, re *regexp.Regexp, save string, rep pipeline.Reporter) (TaskResult, []Answer, error) {
 	if rep == nil {
 		rep = pipeline.Discard
 	}
-	step := "task " + ep.BaseURL
-	rep.Begin(step, int64(len(items)))
+	var labels []string
+	if o.Scores.Enabled() {
+		labels = o.Scores.Labels
+	}
 	begin := time.Now()
-	answers, err := ask(ctx, o, ep, items, re, rep)
-	rep.End(step, err)
-	if err != nil {
-		return TaskResult{}, nil, err
+	var answers []Answer
+	var err error
+	if ep.File != "" {
+		if answers, err = loadAnswers(ep.File, items, labels); err != nil {
+			return TaskResult{}, nil, err
+		}
+	} else {
+		step := "task " + ep.BaseURL
+		rep.Begin(step, int64(len(items)))
+		answers, err = ask(ctx, o, ep, items, re, rep)
+		rep.End(step, err)
+		if err != nil {
+			return TaskResult{}, nil, err
+		}
+	}
+	if save != "" {
+		if err := saveAnswers(save, items, answers, labels); err != nil {
+			return TaskResult{}, nil, err
+		}
 	}
 	r := Score(items, answers)
-	r.Endpoint, r.Model, r.Seconds = ep.BaseURL, ep.Model, time.Since(begin).Seconds()
+	r.Endpoint, r.Model, r.Seconds = ep.Name(), ep.Model, time.Since(begin).Seconds()
+	if o.Scores.Enabled() {
+		if r.Scores, err = scoreMetrics(o.Scores, items, answers); err != nil {
+			return TaskResult{}, nil, err
+		}
+	}
 	return r, answers, nil
 }
 
@@ -333,7 +408,7 @@ func CompareEndpoints(ctx context.Context, o TaskOptions, rep pipeline.Reporter)
 	if err := o.Validate(); err != nil {
 		return main, vs, cmp, err
 	}
-	if o.Vs.BaseURL == "" {
+	if o.Vs.BaseURL == "" && o.Vs.File == "" {
 		return main, vs, cmp, errors.New("eval: no second endpoint to compare with")
 	}
 	items, err := ReadItems(o.Dataset)
@@ -343,10 +418,25 @@ func CompareEndpoints(ctx context.Context, o TaskOptions, rep pipeline.Reporter)
 	re, _ := o.pattern()
 	var ma, va []Answer
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) { main, ma, err = scoreItems(gctx, o, o.Endpoint, items, re, rep); return err })
-	g.Go(func() (err error) { vs, va, err = scoreItems(gctx, o, o.Vs, items, re, rep); return err })
+	g.Go(func() (err error) {
+		main, ma, err = scoreItems(gctx, o, o.Endpoint, items, re, o.Save, rep)
+		return err
+	})
+	g.Go(func() (err error) { vs, va, err = scoreItems(gctx, o, o.Vs, items, re, "", rep); return err })
 	if err := g.Wait(); err != nil {
 		return main, vs, cmp, err
 	}
-	return main, vs, Compare(main, vs, ma, va), nil
+	cmp = Compare(main, vs, ma, va)
+	if main.Scores != nil && vs.Scores != nil {
+		mp, vp := make([][]float64, len(ma)), make([][]float64, len(va))
+		for i := range ma {
+			mp[i] = ma[i].Probs
+		}
+		for i := range va {
+			vp[i] = va[i].Probs
+		}
+		sc := compareScores(*main.Scores, *vs.Scores, mp, vp)
+		cmp.Scores = &sc
+	}
+	return main, vs, cmp, nil
 }

@@ -4,6 +4,19 @@
 // created and owned_by: nothing about the machine), GET /health (503
 // "loading" until an engine is set) and GET /metrics (Prometheus text).
 //
+// Beyond plain text, a request may constrain the answer (response_format
+// json_object or json_schema, llama-server's grammar and json_schema fields,
+// and phonellm's choices extension: constraint.go), ask for the
+// log-probabilities of the answer's tokens (logprobs, top_logprobs: the
+// model's own distribution, before penalties and constraints, as OpenAI and
+// llama-server report it; logprobs.go) and offer tools (tools, tool_choice,
+// parallel_tool_calls): the definitions go through the model's chat
+// template, the <tool_call> blocks of the answer (Qwen's JSON form or
+// Qwen3.5's XML form) come back as tool_calls, streamed as deltas, and
+// tool_choice "required" or a named function constrains the answer to calls
+// whose arguments satisfy the tools' schemas (tools.go, toolparse.go). Bad
+// schemas, grammars, choices and tool choices are 400s naming the field.
+//
 // Admission: Parallel requests generate at once, QueueSize more wait, the
 // rest get 429 with Retry-After. Every error has OpenAI's JSON shape
 // {"error": {"message", "type", "param", "code"}}, and an API key is checked

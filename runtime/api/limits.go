@@ -72,6 +72,16 @@ type request struct {
 	greq engine.Request
 	f    *samplingFields
 	chat bool
+	// logprobs: the answer carries log-probabilities.
+	logprobs bool
+	// tools, when set, reads tool calls out of the answer.
+	tools *toolReader
+	// constraintParam names the field that constrains the output.
+	constraintParam string
+	// chatMsgs and chatOpts are a chat request's messages and template options, kept until tokenize has found
+	// where the shared system prefix ends (cacheBoundary).
+	chatMsgs []engine.Message
+	chatOpts engine.TemplateOptions
 }
 
 // prepare turns a body into a request on one of the PrepWorkers. The work
@@ -113,11 +123,8 @@ func (s *Server) prepare(ctx context.Context, b *engineBox, body []byte, release
 }
 
 func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, release func(), chat bool) (*request, *httpx.Error) {
-	var greq engine.Request
-	var f *samplingFields
+	var r *request
 	var apiErr *httpx.Error
-	var chatMsgs []engine.Message
-	var chatOpts engine.TemplateOptions
 	if chat {
 		var req ChatRequest
 		apiErr = decodeJSON(body, &req)
@@ -125,32 +132,10 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 		if apiErr != nil {
 			return nil, apiErr
 		}
-		f = &req.samplingFields
-		if apiErr = s.checkModel(b, f.Model); apiErr != nil {
+		if apiErr = s.checkModel(b, req.Model); apiErr != nil {
 			return nil, apiErr
 		}
-		msgs, apiErr := req.messages(b.lim)
-		if apiErr != nil {
-			return nil, apiErr
-		}
-		if greq, apiErr = f.request(*s.o.Sampling, b.lim); apiErr != nil {
-			return nil, apiErr
-		}
-		opts := engine.TemplateOptions{AddGenerationPrompt: true, EnableThinking: s.o.EnableThinking}
-		if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
-			opts.EnableThinking = &v
-		}
-		prompt, err := b.e.ApplyChatTemplate(ctx, msgs, opts)
-		if err != nil {
-			return nil, templateError(ctx, err)
-		}
-		chatMsgs, chatOpts = msgs, opts
-		if limit := b.lim.MaxPromptBytes + 1<<20; len(prompt) > limit {
-			return nil, serverError("template_output_too_large",
-				"The model's chat template turned %d bytes of messages into %d bytes, more than the %d allowed.",
-				totalContent(msgs), len(prompt), limit)
-		}
-		greq.Prompt = prompt
+		r, apiErr = s.prepareChat(ctx, b, &req)
 	} else {
 		var req CompletionRequest
 		apiErr = decodeJSON(body, &req)
@@ -158,22 +143,21 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 		if apiErr != nil {
 			return nil, apiErr
 		}
-		f = &req.samplingFields
-		if apiErr = s.checkModel(b, f.Model); apiErr != nil {
+		if apiErr = s.checkModel(b, req.Model); apiErr != nil {
 			return nil, apiErr
 		}
-		if req.Echo {
-			return nil, httpx.BadRequest("echo", "", "echo is not supported")
-		}
-		text, toks, apiErr := req.prompt(b.lim, b.e.Info().ContextLength)
-		if apiErr != nil {
-			return nil, apiErr
-		}
-		if greq, apiErr = f.request(*s.o.Sampling, b.lim); apiErr != nil {
-			return nil, apiErr
-		}
-		greq.Prompt, greq.Tokens = text, toks
+		r, apiErr = s.prepareCompletion(b, &req)
 	}
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	return s.tokenize(ctx, b, r)
+}
+
+// tokenize turns the prompt into tokens and checks them against the
+// context.
+func (s *Server) tokenize(ctx context.Context, b *engineBox, r *request) (*request, *httpx.Error) {
+	greq, chat := &r.greq, r.chat
 	greq.AddSpecial = true
 	info := b.e.Info()
 	param := "prompt"
@@ -202,9 +186,10 @@ func (s *Server) prepareNow(ctx context.Context, b *engineBox, body []byte, rele
 	if chat && !greq.NoCache {
 		// Where the rendered system messages end: the prefix the next requests of this task share, which an
 		// engine keeps a checkpoint at and does not give away for a shorter reuse.
-		greq.CacheBoundary = cacheBoundary(ctx, b.e, chatMsgs, chatOpts, greq.Tokens)
+		greq.CacheBoundary = cacheBoundary(ctx, b.e, r.chatMsgs, r.chatOpts, greq.Tokens)
 	}
-	return &request{greq: greq, f: f, chat: chat}, nil
+	r.chatMsgs = nil // the tokens say it all from here
+	return r, nil
 }
 
 // limitExceeded is implemented by errors that say a bounded computation (a

@@ -12,11 +12,17 @@ import (
 	"github.com/phonellm/phonellm/runtime/engine"
 )
 
-// ChatMessage is a message of a chat request. Content is a string or an
-// array of parts of which only "text" parts are accepted.
+// ChatMessage is a message of a chat request. Content is a string, null or
+// an array of parts of which only "text" parts are accepted. An assistant
+// message may carry the tool calls it made, a tool message the id of the
+// call it answers.
 type ChatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role             string            `json:"role"`
+	Content          json.RawMessage   `json:"content"`
+	ToolCalls        []engine.ToolCall `json:"tool_calls"`
+	ToolCallID       string            `json:"tool_call_id"`
+	Name             string            `json:"name"`
+	ReasoningContent string            `json:"reasoning_content"`
 }
 
 // StringList is a string or an array of strings (OpenAI's "stop").
@@ -45,10 +51,12 @@ func (s *StringList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ResponseFormat is OpenAI's response_format.
+// ResponseFormat is OpenAI's response_format (see constraint.go). Schema
+// is llama-server's extension of the json_object type.
 type ResponseFormat struct {
 	Type       string          `json:"type"`
 	JSONSchema json.RawMessage `json:"json_schema,omitempty"`
+	Schema     json.RawMessage `json:"schema,omitempty"`
 }
 
 // StreamOptions is OpenAI's stream_options.
@@ -57,8 +65,9 @@ type StreamOptions struct {
 }
 
 // samplingFields are the request fields shared by both endpoints. Fields
-// beyond OpenAI's (top_k, min_p, repeat_penalty, repeat_last_n) are
-// llama-server's extensions.
+// beyond OpenAI's (top_k, min_p, repeat_penalty, repeat_last_n, grammar,
+// json_schema) are llama-server's extensions; choices is phonellm's
+// (constraint.go).
 type samplingFields struct {
 	Model               string          `json:"model"`
 	Stream              bool            `json:"stream"`
@@ -77,16 +86,24 @@ type samplingFields struct {
 	N                   *int            `json:"n"`
 	Stop                StringList      `json:"stop"`
 	ResponseFormat      *ResponseFormat `json:"response_format"`
+	Grammar             *string         `json:"grammar"`
+	JSONSchema          json.RawMessage `json:"json_schema"`
+	Choices             []string        `json:"choices"`
 	CachePrompt         *bool           `json:"cache_prompt"`
-	Logprobs            *bool           `json:"logprobs"`
 }
 
 // ChatRequest is the body of POST /v1/chat/completions.
 type ChatRequest struct {
 	samplingFields
-	Messages           []ChatMessage  `json:"messages"`
-	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
-	Tools              []any          `json:"tools"`
+	Messages           []ChatMessage              `json:"messages"`
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+	Tools              []json.RawMessage          `json:"tools"`
+	ToolChoice         json.RawMessage            `json:"tool_choice"`
+	ParallelToolCalls  *bool                      `json:"parallel_tool_calls"`
+	// Logprobs asks for the log-probability of each output token,
+	// TopLogprobs (0-20) for that many most likely alternatives too.
+	Logprobs    *bool `json:"logprobs"`
+	TopLogprobs *int  `json:"top_logprobs"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -94,6 +111,9 @@ type CompletionRequest struct {
 	samplingFields
 	Prompt json.RawMessage `json:"prompt"`
 	Echo   bool            `json:"echo"`
+	// Logprobs (an integer, 0-20) asks for the log-probability of each
+	// output token and of that many most likely alternatives.
+	Logprobs json.RawMessage `json:"logprobs"`
 }
 
 const maxStops = 16
@@ -103,9 +123,6 @@ func (f *samplingFields) request(defaults engine.SamplingParams, lim Limits) (en
 	var r engine.Request
 	if f.N != nil && *f.N != 1 {
 		return r, httpx.BadRequest("n", "", "n must be 1 (got %d)", *f.N)
-	}
-	if f.Logprobs != nil && *f.Logprobs {
-		return r, httpx.BadRequest("logprobs", "", "logprobs are not supported")
 	}
 	switch {
 	case f.MaxCompletionTokens != nil:
@@ -167,25 +184,7 @@ func (f *samplingFields) request(defaults engine.SamplingParams, lim Limits) (en
 	if f.CachePrompt != nil && !*f.CachePrompt {
 		r.NoCache = true
 	}
-	if rf := f.ResponseFormat; rf != nil {
-		switch rf.Type {
-		case "", "text", "json_object":
-		case "json_schema":
-			var js struct {
-				Schema json.RawMessage `json:"schema"`
-			}
-			if err := json.Unmarshal(rf.JSONSchema, &js); err != nil || len(js.Schema) == 0 || !json.Valid(js.Schema) {
-				return r, httpx.BadRequest("response_format", "", "response_format json_schema needs a json_schema object with a schema")
-			}
-		default:
-			return r, httpx.BadRequest("response_format", "", "response_format type %q: want text, json_object or json_schema", rf.Type)
-		}
-	}
 	return r, nil
-}
-
-func (f *samplingFields) wantsJSON() bool {
-	return f.ResponseFormat != nil && (f.ResponseFormat.Type == "json_object" || f.ResponseFormat.Type == "json_schema")
 }
 
 // messages converts chat messages, accepting string content or text parts,
@@ -198,9 +197,6 @@ func (c *ChatRequest) messages(lim Limits) ([]engine.Message, *httpx.Error) {
 	if len(c.Messages) > lim.MaxMessages {
 		return nil, httpx.BadRequest("messages", "array_above_max_length",
 			"Invalid 'messages': array too long: %d messages, at most %d.", len(c.Messages), lim.MaxMessages)
-	}
-	if len(c.Tools) > 0 {
-		return nil, httpx.BadRequest("tools", "", "tools are not supported")
 	}
 	out := make([]engine.Message, len(c.Messages))
 	total := 0
@@ -226,11 +222,30 @@ func (c *ChatRequest) messages(lim Limits) ([]engine.Message, *httpx.Error) {
 		if len(text) > lim.MaxPromptBytes {
 			return nil, tooLong(param, len(text), lim.MaxPromptBytes)
 		}
-		if total += len(text); total > lim.MaxPromptBytes {
+		msg := engine.Message{Role: role, Content: text, ToolCallID: m.ToolCallID, Name: m.Name, ReasoningContent: m.ReasoningContent}
+		n := len(text) + len(m.ToolCallID) + len(m.Name) + len(m.ReasoningContent)
+		if len(m.ToolCalls) > 0 {
+			if role != "assistant" {
+				return nil, httpx.BadRequest(fmt.Sprintf("messages[%d].tool_calls", i), "", "Invalid 'messages[%d]': only assistant messages carry tool_calls.", i)
+			}
+			if len(m.ToolCalls) > maxTools {
+				return nil, httpx.BadRequest(fmt.Sprintf("messages[%d].tool_calls", i), "array_above_max_length",
+					"Invalid 'messages[%d].tool_calls': at most %d calls.", i, maxTools)
+			}
+			for j, tc := range m.ToolCalls {
+				if tc.Function.Name == "" || (tc.Type != "" && tc.Type != "function") {
+					return nil, httpx.BadRequest(fmt.Sprintf("messages[%d].tool_calls[%d]", i, j), "",
+						"Invalid 'messages[%d].tool_calls[%d]': want a function call with a name.", i, j)
+				}
+				n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
+			}
+			msg.ToolCalls = m.ToolCalls
+		}
+		if total += n; total > lim.MaxPromptBytes {
 			return nil, httpx.BadRequest("messages", "string_above_max_length",
 				"Invalid 'messages': the messages hold more than %d bytes of text, more than a prompt for this model's context may have.", lim.MaxPromptBytes)
 		}
-		out[i] = engine.Message{Role: role, Content: text}
+		out[i] = msg
 	}
 	return out, nil
 }
@@ -360,10 +375,43 @@ func timingsOf(r engine.Response) *Timings {
 
 func ms(s float64) float64 { return math.Round(s*1e6) / 1e3 }
 
-// ChatMessageOut is an assistant message in a response.
+// ChatMessageOut is an assistant message in a response, or the delta of a
+// stream chunk. Its content is null when it only calls tools.
 type ChatMessageOut struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role      string        `json:"role,omitempty"`
+	Content   string        `json:"content"`
+	ToolCalls []ToolCallOut `json:"tool_calls,omitempty"`
+}
+
+// MarshalJSON writes content as null in a message that only calls tools,
+// as OpenAI does.
+func (m ChatMessageOut) MarshalJSON() ([]byte, error) {
+	type plain ChatMessageOut
+	if m.Content == "" && len(m.ToolCalls) > 0 {
+		return json.Marshal(struct {
+			Role      string        `json:"role,omitempty"`
+			Content   *string       `json:"content"`
+			ToolCalls []ToolCallOut `json:"tool_calls"`
+		}{m.Role, nil, m.ToolCalls})
+	}
+	return json.Marshal(plain(m))
+}
+
+// ToolCallOut is a function call of the model's answer. In a stream chunk
+// the first delta of a call has its index, id, type and name; later deltas
+// of the same index add to its arguments.
+type ToolCallOut struct {
+	Index    *int            `json:"index,omitempty"`
+	ID       string          `json:"id,omitempty"`
+	Type     string          `json:"type,omitempty"`
+	Function ToolFunctionOut `json:"function"`
+}
+
+// ToolFunctionOut names the function called and gives its arguments as
+// JSON text.
+type ToolFunctionOut struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // ChatChoice is a choice of a chat completion.
@@ -371,7 +419,7 @@ type ChatChoice struct {
 	Index        int             `json:"index"`
 	Message      *ChatMessageOut `json:"message,omitempty"`
 	Delta        *ChatMessageOut `json:"delta,omitempty"`
-	Logprobs     any             `json:"logprobs"`
+	Logprobs     *ChatLogprobs   `json:"logprobs"`
 	FinishReason *string         `json:"finish_reason"`
 }
 
@@ -389,10 +437,10 @@ type ChatResponse struct {
 
 // CompletionChoice is a choice of a text completion.
 type CompletionChoice struct {
-	Index        int     `json:"index"`
-	Text         string  `json:"text"`
-	Logprobs     any     `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *CompletionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
 }
 
 // CompletionResponse is a text_completion (also used for stream chunks).

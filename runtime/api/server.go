@@ -65,6 +65,7 @@ type Server struct {
 	keys    *httpx.Keys
 	budget  *httpx.Budget
 	prep    chan struct{} // one token per request decoding, templating or tokenizing
+	cache   *constraintCache
 
 	mu       sync.Mutex
 	slots    chan struct{}
@@ -79,6 +80,26 @@ type Server struct {
 type engineBox struct {
 	e   engine.Engine
 	lim Limits // o.Limits with the engine's defaults filled in
+
+	formMu    sync.Mutex
+	form      callForm // how the model's template writes tool calls
+	formKnown bool
+}
+
+// callForm returns how the model's template writes tool calls, finding
+// out on first use (detectCallForm).
+func (b *engineBox) callForm(ctx context.Context) (callForm, error) {
+	b.formMu.Lock()
+	defer b.formMu.Unlock()
+	if b.formKnown {
+		return b.form, nil
+	}
+	f, err := detectCallForm(ctx, b.e)
+	if err != nil {
+		return f, err
+	}
+	b.form, b.formKnown = f, true
+	return f, nil
 }
 
 // New returns a Server without an engine.
@@ -103,7 +124,8 @@ func New(o Options) *Server {
 		o.Limits.BodyBudget = DefaultBodyBudget
 	}
 	s := &Server{o: o, created: time.Now().Unix(), m: newMetrics(),
-		budget: httpx.NewBudget(o.Limits.BodyBudget), prep: make(chan struct{}, o.Limits.PrepWorkers)}
+		budget: httpx.NewBudget(o.Limits.BodyBudget), prep: make(chan struct{}, o.Limits.PrepWorkers),
+		cache: newConstraintCache()}
 	if o.APIKey != "" {
 		k, err := httpx.NewKeys(o.APIKey)
 		if err != nil {

@@ -73,6 +73,11 @@ func (o LogprobOptions) Validate() error {
 type TokenLogprob struct {
 	ID      int32   `json:"id"`
 	Logprob float64 `json:"logprob"`
+	// Piece is the bytes the token adds to the text (VocabToken.Piece:
+	// empty for a control token, possibly part of a UTF-8 character), as
+	// llama-server shows it by default; set when the engine knows its
+	// vocabulary (RequestSampler does it).
+	Piece string `json:"piece"`
 }
 
 // StepLogprobs is what the sampler recorded for one generated token.
@@ -97,8 +102,9 @@ type hook struct {
 	have   bool
 	err    error
 	topBuf candHeap
-	ids    []int32   // allowed tokens (few-allowed path)
-	sub    []float32 // their logits
+	ids    []int32     // allowed tokens (few-allowed path)
+	sub    []float32   // their logits
+	vocab  *Vocabulary // names the recorded tokens' pieces; may be nil
 }
 
 func (h *hook) active() bool { return h.m != nil || h.rec != nil }
@@ -296,7 +302,7 @@ func (s *Sampler) record(logits []float32, t int32, mask *TokenMask) {
 		}
 		return v - lse
 	}
-	h.step = StepLogprobs{Token: TokenLogprob{ID: t, Logprob: lp(t)}}
+	h.step = StepLogprobs{Token: TokenLogprob{ID: t, Logprob: lp(t), Piece: h.piece(t)}}
 	if k := h.rec.Top; k > 0 {
 		top := h.topBuf[:0]
 		for i, v := range src {
@@ -315,18 +321,26 @@ func (s *Sampler) record(logits []float32, t int32, mask *TokenMask) {
 		out := make([]TokenLogprob, len(top))
 		for i := len(top) - 1; i >= 0; i-- {
 			c := heap.Pop(&top).(candidate)
-			out[i] = TokenLogprob{ID: c.id, Logprob: lp(c.id)}
+			out[i] = TokenLogprob{ID: c.id, Logprob: lp(c.id), Piece: h.piece(c.id)}
 		}
 		h.step.Top = out
 	}
 	h.have = true
 }
 
+func (h *hook) piece(id int32) string {
+	if h.vocab == nil {
+		return ""
+	}
+	return h.vocab.Piece(id)
+}
+
 // RequestSampler returns the sampler for req, set up the way every engine
 // needs: its sampling parameters, its constraint's matcher over the model's
-// vocabulary (nil without a constraint; vocab is called only then) and
-// log-probability recording. It fails on invalid parameters, and on a
-// constraint the vocabulary cannot follow (an InputError).
+// vocabulary (nil without a constraint) and log-probability recording
+// (each recorded token with its Piece); vocab is called only when a
+// constraint or log-probabilities need it. It fails on invalid parameters,
+// and on a constraint the vocabulary cannot follow (an InputError).
 func RequestSampler(req Request, vocab func() *Vocabulary) (*Sampler, Matcher, error) {
 	if err := req.Sampling.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("sampling: %w", err)
@@ -337,6 +351,7 @@ func RequestSampler(req Request, vocab func() *Vocabulary) (*Sampler, Matcher, e
 			return nil, nil, fmt.Errorf("logprobs: %w", err)
 		}
 		s.RecordLogprobs(*req.Logprobs)
+		s.hook.vocab = vocab()
 	}
 	if req.Constraint == nil {
 		return s, nil, nil

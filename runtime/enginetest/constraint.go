@@ -110,6 +110,13 @@ func runLogprobs(t *testing.T, e engine.Engine, prompt string) {
 	if len(r.Logprobs) != len(r.Tokens) || len(streamed) != len(r.Tokens) {
 		t.Fatalf("%d tokens, %d records, %d streamed", len(r.Tokens), len(r.Logprobs), len(streamed))
 	}
+	var pieces strings.Builder
+	for _, lp := range r.Logprobs {
+		pieces.WriteString(lp.Token.Piece)
+	}
+	if pieces.String() != r.Text {
+		t.Fatalf("the records' pieces spell %q, the text is %q", pieces.String(), r.Text)
+	}
 	for i, lp := range r.Logprobs {
 		if lp.Token.ID != r.Tokens[i] || streamed[i] == nil || streamed[i].Token != lp.Token || len(lp.Top) != 3 {
 			t.Fatalf("record %d: %+v for token %d", i, lp, r.Tokens[i])

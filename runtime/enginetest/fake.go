@@ -365,6 +365,9 @@ func (f *Fake) Generate(ctx context.Context, req engine.Request, emit func(engin
 	}
 }
 
+// Vocabulary describes the fake's tokens, as goengine's Vocabulary does.
+func (f *Fake) Vocabulary() *engine.Vocabulary { return fakeVocabulary() }
+
 // fakeVocabulary describes the fake's tokens to constraints: bytes, then
 // <|im_start|> (control: no visible piece) and the two end-of-generation
 // tokens.

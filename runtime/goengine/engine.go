@@ -366,9 +366,11 @@ func (e *Engine) setupVocab() {
 	}
 }
 
-// vocabulary describes the tokens to constraints (built on the first
-// constrained request): each token's piece is exactly what piece emits, so
-// a grammar sees the text the client gets.
+// Vocabulary describes the model's tokens (for constraints and
+// log-probabilities; built on first use): each token's piece is exactly what
+// the engine emits for it, so a grammar sees the text the client gets.
+func (e *Engine) Vocabulary() *engine.Vocabulary { return e.vocabulary() }
+
 func (e *Engine) vocabulary() *engine.Vocabulary {
 	e.vocabOnce.Do(func() {
 		toks := make([]engine.VocabToken, e.tk.Len())

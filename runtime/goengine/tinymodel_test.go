@@ -29,6 +29,7 @@ type tinySpec struct {
 	// Dimensions; zero means the tiny defaults (64 wide, 4 heads of 16).
 	embd, heads, kvHeads, headDim, ff int
 	seed                              uint64
+	template                          string // chat template; empty means tinyChatTemplate
 	// vocab, when set, edits the default vocabulary before it is written (hostile files).
 	vocab func(tokens []string, types []int32, merges []string) ([]string, []int32, []string)
 }
@@ -43,9 +44,13 @@ func writeTinyGGUF(t testing.TB, dir string, spec tinySpec) string {
 		v.Tokens, v.Types, v.Merges = spec.vocab(v.Tokens, v.Types, v.Merges)
 		voc = &v
 	}
+	tmpl := spec.template
+	if tmpl == "" {
+		tmpl = tinyChatTemplate
+	}
 	err := tinygguf.Write(path, tinygguf.Spec{Arch: spec.arch, Layers: spec.layers, F16: spec.f16, F16Conv: spec.f16Conv,
 		MTP: spec.mtp, Embd: spec.embd, Heads: spec.heads, KVHeads: spec.kvHeads, HeadDim: spec.headDim, FF: spec.ff,
-		Seed: spec.seed, Template: tinyChatTemplate, Vocab: voc})
+		Seed: spec.seed, Template: tmpl, Vocab: voc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,6 +137,10 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("llamaserver: %s %s: HTTP %d: %s", e.Method, e.Path, e.Status, e.Body)
 }
 
+// InputError classifies a 400 (llama-server refused the request: a
+// grammar it cannot parse, a bad parameter) as the request's fault.
+func (e *StatusError) InputError() bool { return e.Status == http.StatusBadRequest }
+
 func trim(b []byte) string {
 	s := strings.TrimSpace(string(b))
 	if len(s) > 300 {
@@ -179,14 +183,26 @@ func (c *Client) checkTokens(tokens []int32) error {
 }
 
 // ApplyChatTemplate implements engine.Engine with llama-server's Jinja
-// renderer (/apply-template).
+// renderer (/apply-template, which takes the fields of a chat request):
+// the messages, the tools (rendered as the model's template describes
+// them) and the template variables.
 func (c *Client) ApplyChatTemplate(ctx context.Context, messages []engine.Message, opts engine.TemplateOptions) (string, error) {
 	if len(messages) == 0 {
 		return "", errors.New("llamaserver: chat template: no messages")
 	}
 	req := map[string]any{"messages": messages, "add_generation_prompt": opts.AddGenerationPrompt}
+	if opts.Tools != nil {
+		req["tools"] = opts.Tools
+	}
+	kwargs := map[string]any{}
 	if opts.EnableThinking != nil {
-		req["chat_template_kwargs"] = map[string]any{"enable_thinking": *opts.EnableThinking}
+		kwargs["enable_thinking"] = *opts.EnableThinking
+	}
+	for k, v := range opts.Extra {
+		kwargs[k] = v
+	}
+	if len(kwargs) > 0 {
+		req["chat_template_kwargs"] = kwargs
 	}
 	var out struct {
 		Prompt string `json:"prompt"`
@@ -202,7 +218,15 @@ type completionChunk struct {
 	Stop         bool   `json:"stop"`
 	StopType     string `json:"stop_type"`
 	TokensCached int    `json:"tokens_cached"`
-	Timings      *struct {
+	// Probs are the log-probabilities of Tokens (n_probs), in order.
+	Probs []tokenProbs `json:"completion_probabilities"`
+	// Error is an error event in the stream.
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Type    string `json:"type"`
+	} `json:"error"`
+	Timings *struct {
 		CacheN      int     `json:"cache_n"`
 		PromptN     int     `json:"prompt_n"`
 		PromptMS    float64 `json:"prompt_ms"`
@@ -211,15 +235,82 @@ type completionChunk struct {
 	} `json:"timings"`
 }
 
-// errUnsupportedConstraint refuses constrained decoding and logprob records, which this client does not pass to
-// llama-server.
-var errUnsupportedConstraint = pipeline.InputError(errors.New("llamaserver: constrained output and logprobs are not supported with --engine llama-server"))
+// tokenProbs is llama-server's record of one token (n_probs with
+// post_sampling_probs false: log-probabilities of the model's logits).
+type tokenProbs struct {
+	ID      int32   `json:"id"`
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Top     []struct {
+		ID      int32   `json:"id"`
+		Token   string  `json:"token"`
+		Bytes   []int   `json:"bytes"`
+		Logprob float64 `json:"logprob"`
+	} `json:"top_logprobs"`
+	RawBytes []int `json:"bytes"`
+}
 
-// Generate implements engine.Engine over a streaming POST /completion.
+// piece is a token's exact bytes when llama-server sent them (its text is
+// not exact when the token is part of a UTF-8 character).
+func piece(text string, b []int) string {
+	if b == nil {
+		return text
+	}
+	out := make([]byte, len(b))
+	for i, x := range b {
+		out[i] = byte(x)
+	}
+	return string(out)
+}
+
+func (p tokenProbs) step(top int) engine.StepLogprobs {
+	st := engine.StepLogprobs{Token: engine.TokenLogprob{ID: p.ID, Logprob: p.Logprob, Piece: piece(p.Token, p.RawBytes)}}
+	for i, a := range p.Top {
+		if i >= top {
+			break
+		}
+		st.Top = append(st.Top, engine.TokenLogprob{ID: a.ID, Logprob: a.Logprob, Piece: piece(a.Token, a.Bytes)})
+	}
+	return st
+}
+
+// errUnsupportedConstraint refuses constraints this client cannot express
+// in llama-server's fields (anything but a runtime/grammar grammar).
+var errUnsupportedConstraint = pipeline.InputError(errors.New("llamaserver: this kind of constraint cannot be passed to llama-server (a GBNF grammar can)"))
+
+// errUnsupportedLogprobs refuses log-probabilities of the constrained
+// distribution: llama-server reports the model's (n_probs) or the
+// sampler's after its whole chain (post_sampling_probs), not that one.
+var errUnsupportedLogprobs = pipeline.InputError(errors.New("llamaserver: llama-server reports the model's log-probabilities, not the constrained distribution's"))
+
+// gbnf is implemented by constraints that have a GBNF source
+// (*grammar.Grammar).
+type gbnf interface {
+	engine.Constraint
+	String() string
+}
+
+// Generate implements engine.Engine over a streaming POST /completion. A
+// constraint goes to llama-server as its GBNF source ("grammar"), log-
+// probabilities as "n_probs" (the model's distribution, as
+// engine.LogprobsModel describes; llama-server needs n_probs >= 1 to report
+// any).
 func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(engine.Token) error) (engine.Response, error) {
-	if req.Constraint != nil || req.Logprobs != nil {
-		// Not mapped to llama-server's grammar/n_probs fields yet: refuse rather than answer unconstrained.
-		return engine.Response{}, errUnsupportedConstraint
+	var grammarSrc string
+	if req.Constraint != nil {
+		g, ok := req.Constraint.(gbnf)
+		if !ok {
+			return engine.Response{}, errUnsupportedConstraint
+		}
+		grammarSrc = g.String()
+	}
+	if lp := req.Logprobs; lp != nil {
+		if err := lp.Validate(); err != nil {
+			return engine.Response{}, fmt.Errorf("llamaserver: logprobs: %w", err)
+		}
+		if lp.Source != engine.LogprobsModel {
+			return engine.Response{}, errUnsupportedLogprobs
+		}
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return engine.Response{}, fmt.Errorf("llamaserver: sampling: %w", err)
@@ -257,6 +348,13 @@ func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(eng
 	if req.Stop == nil {
 		body["stop"] = []string{}
 	}
+	if grammarSrc != "" {
+		body["grammar"] = grammarSrc
+	}
+	if req.Logprobs != nil {
+		body["n_probs"] = max(req.Logprobs.Top, 1)
+		body["post_sampling_probs"] = false
+	}
 	start := time.Now()
 	resp, err := c.do(ctx, "POST", "/completion", body)
 	if err != nil {
@@ -273,9 +371,13 @@ func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(eng
 	sc.Buffer(make([]byte, 64<<10), maxResponse)
 	done := false
 	for !done && sc.Scan() {
+		// Events are "data: {...}"; llama-server sends a failure after the
+		// stream began as "error: {"error": {...}}".
 		line, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
-			continue
+			if line, ok = strings.CutPrefix(sc.Text(), "error: "); !ok {
+				continue
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			out.Text, out.FinishReason = text.String(), engine.FinishCancelled
@@ -285,10 +387,21 @@ func (c *Client) Generate(ctx context.Context, req engine.Request, emit func(eng
 		if err := json.Unmarshal([]byte(line), &ch); err != nil {
 			return out, fmt.Errorf("llamaserver: /completion: decode %q: %w", trim([]byte(line)), err)
 		}
+		if e := ch.Error; e != nil {
+			out.Text, out.FinishReason = text.String(), engine.FinishCancelled
+			return out, &StatusError{Method: "POST", Path: "/completion", Status: e.Code, Body: e.Message}
+		}
+		if req.Logprobs != nil && len(ch.Probs) != len(ch.Tokens) {
+			return out, fmt.Errorf("llamaserver: /completion: %d tokens with %d log-probability records", len(ch.Tokens), len(ch.Probs))
+		}
 		for i, t := range ch.Tokens {
 			tok := engine.Token{ID: t}
 			if i == len(ch.Tokens)-1 {
 				tok.Text = ch.Content
+			}
+			if req.Logprobs != nil {
+				out.Logprobs = append(out.Logprobs, ch.Probs[i].step(req.Logprobs.Top))
+				tok.Logprobs = &out.Logprobs[len(out.Logprobs)-1]
 			}
 			out.Tokens = append(out.Tokens, t)
 			if err := ctx.Err(); err != nil {

@@ -1,17 +1,25 @@
 package llamaserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
+	"github.com/phonellm/phonellm/runtime/grammar"
 )
 
 // TestMain doubles as a fake llama-server executable: with
@@ -91,10 +99,20 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 	})
 	mux.HandleFunc("POST /apply-template", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
-			Messages []engine.Message `json:"messages"`
+			Messages            []engine.Message           `json:"messages"`
+			Tools               []json.RawMessage          `json:"tools"`
+			AddGenerationPrompt *bool                      `json:"add_generation_prompt"`
+			Kwargs              map[string]json.RawMessage `json:"chat_template_kwargs"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		p, err := f.ApplyChatTemplate(context.Background(), in.Messages, engine.TemplateOptions{AddGenerationPrompt: true})
+		opts := engine.TemplateOptions{AddGenerationPrompt: in.AddGenerationPrompt == nil || *in.AddGenerationPrompt, Tools: in.Tools}
+		if len(in.Kwargs) > 0 {
+			opts.Extra = map[string]any{}
+			for k, v := range in.Kwargs {
+				opts.Extra[k] = v
+			}
+		}
+		p, err := f.ApplyChatTemplate(context.Background(), in.Messages, opts)
 		if err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -116,6 +134,9 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 			Stream        bool     `json:"stream"`
 			ReturnTokens  bool     `json:"return_tokens"`
 			RepeatPenalty float32  `json:"repeat_penalty"`
+			Grammar       string   `json:"grammar"`
+			NProbs        int      `json:"n_probs"`
+			PostSampling  bool     `json:"post_sampling_probs"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || !in.Stream || !in.ReturnTokens {
 			http.Error(w, "fake llama-server: want a streaming request with return_tokens", 400)
@@ -123,6 +144,30 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 		}
 		req := engine.Request{Tokens: in.Prompt, Stop: in.Stop, NoCache: !in.CachePrompt, IgnoreEOG: in.IgnoreEOS,
 			Sampling: engine.SamplingParams{Temperature: in.Temperature, TopK: in.TopK, TopP: in.TopP, MinP: in.MinP, RepeatPenalty: in.RepeatPenalty}}
+		fail := func(msg string) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": 400, "message": msg, "type": "invalid_request_error"}})
+		}
+		if in.Grammar != "" {
+			// llama-server parses the grammar (and fails the request) before it generates.
+			g, err := grammar.Parse(in.Grammar)
+			if err == nil {
+				_, err = g.NewMatcher(f.Vocabulary())
+			}
+			if err != nil {
+				fail("Failed to parse grammar: " + err.Error())
+				return
+			}
+			req.Constraint = g
+		}
+		if in.NProbs > 0 {
+			if in.PostSampling {
+				fail("fake llama-server: post_sampling_probs is not faked")
+				return
+			}
+			req.Logprobs = &engine.LogprobOptions{Top: in.NProbs}
+		}
 		if in.NPredict > 0 {
 			req.MaxTokens = in.NPredict
 		}
@@ -141,10 +186,28 @@ func fakeHandler(f *enginetest.Fake, model string) http.Handler {
 		}
 		resp, err := f.Generate(r.Context(), req, func(t engine.Token) error {
 			toks := []int32{}
+			ev := map[string]any{"content": t.Text, "tokens": toks, "stop": false}
 			if t.ID >= 0 {
-				toks = []int32{t.ID}
+				ev["tokens"] = []int32{t.ID}
 			}
-			return send(map[string]any{"content": t.Text, "tokens": toks, "stop": false})
+			if lp := t.Logprobs; lp != nil {
+				// llama-server's record: token text, bytes, logprob, and the top list.
+				rec := func(x engine.TokenLogprob) map[string]any {
+					b := make([]int, len(x.Piece))
+					for i := range len(x.Piece) {
+						b[i] = int(x.Piece[i])
+					}
+					return map[string]any{"id": x.ID, "token": x.Piece, "bytes": b, "logprob": x.Logprob}
+				}
+				p := rec(lp.Token)
+				top := []any{}
+				for _, a := range lp.Top {
+					top = append(top, rec(a))
+				}
+				p["top_logprobs"] = top
+				ev["completion_probabilities"] = []any{p}
+			}
+			return send(ev)
 		})
 		if err != nil {
 			return
@@ -172,7 +235,7 @@ func TestConformanceOverProcess(t *testing.T) {
 	if info.Engine != "llama-server" || info.ContextLength != 512 || info.Parallel != 2 || info.Path != model {
 		t.Fatalf("info %+v", info)
 	}
-	enginetest.Run(t, c, enginetest.Features{NoConstraints: true})
+	enginetest.Run(t, c, enginetest.Features{})
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +256,123 @@ func TestStartFailures(t *testing.T) {
 	}
 	if _, err := Start(context.Background(), Options{Binary: os.Args[0], Model: model + ".missing"}); err == nil {
 		t.Fatal("missing model started")
+	}
+}
+
+// TestRequestFields: constraints, log-probabilities, tools and template
+// variables reach llama-server in its own fields; what it cannot express is
+// refused, and its 400s are the request's fault.
+func TestRequestFields(t *testing.T) {
+	f := enginetest.NewFake(enginetest.Options{ID: "fake.gguf", ContextLength: 512})
+	inner := fakeHandler(f, "m.gguf")
+	var mu sync.Mutex
+	bodies := map[string]map[string]json.RawMessage{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(b, &m)
+		mu.Lock()
+		bodies[r.URL.Path] = m
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		inner.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	c, err := Connect(context.Background(), srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}
+	no := false
+	if _, err := c.ApplyChatTemplate(context.Background(), []engine.Message{{Role: "user", Content: "x"}},
+		engine.TemplateOptions{AddGenerationPrompt: true, Tools: tools, EnableThinking: &no, Extra: map[string]any{"k": json.RawMessage(`[1]`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if b := bodies["/apply-template"]; string(b["tools"]) != `[{"type":"function","function":{"name":"f"}}]` ||
+		string(b["chat_template_kwargs"]) != `{"enable_thinking":false,"k":[1]}` {
+		t.Fatalf("/apply-template body %s %s", b["tools"], b["chat_template_kwargs"])
+	}
+	g, err := grammar.Choices([]string{"yes", "no"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Generate(context.Background(), engine.Request{Prompt: "q", Constraint: g, Logprobs: &engine.LogprobOptions{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bodies["/completion"]
+	var gs string
+	json.Unmarshal(b["grammar"], &gs)
+	if gs != g.String() || string(b["n_probs"]) != "1" || string(b["post_sampling_probs"]) != "false" {
+		t.Fatalf("/completion body: grammar %s n_probs %s post %s", b["grammar"], b["n_probs"], b["post_sampling_probs"])
+	}
+	if (r.Text != "yes" && r.Text != "no") || len(r.Logprobs) != len(r.Tokens) || r.Logprobs[0].Top != nil || r.Logprobs[0].Token.Piece == "" {
+		t.Fatalf("constrained answer %+v", r)
+	}
+	// llama-server refuses a grammar: the request's fault.
+	bad, _ := grammar.Parse(`root ::= <|no-such-token|>`)
+	_, err = c.Generate(context.Background(), engine.Request{Prompt: "q", Constraint: bad}, nil)
+	if !pipeline.IsInputError(err) {
+		t.Fatalf("refused grammar: %v, want an input error", err)
+	}
+	_, err = c.Generate(context.Background(), engine.Request{Prompt: "q", Logprobs: &engine.LogprobOptions{Source: engine.LogprobsConstrained}}, nil)
+	if !pipeline.IsInputError(err) {
+		t.Fatalf("constrained logprobs: %v, want an input error", err)
+	}
+}
+
+// TestServedThroughAPI: phonellm's API over a llama-server (serve --engine
+// llama-server): choices, logprobs and a forced tool call reach llama-server
+// as grammar and n_probs, and come back in OpenAI's shapes.
+func TestServedThroughAPI(t *testing.T) {
+	tmpl, err := os.ReadFile("../../internal/jinja/testdata/templates/Qwen-Qwen3-0.6B.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := enginetest.NewFake(enginetest.Options{ID: "fake.gguf", ContextLength: 4096, ChatTemplate: string(tmpl),
+		Reply: func(string) string { return "RISK_LEVEL: 4" }})
+	ls := httptest.NewServer(fakeHandler(f, "m.gguf"))
+	defer ls.Close()
+	c, err := Connect(context.Background(), ls.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := api.New(api.Options{})
+	s.SetEngine(c)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	chat := func(body string) api.ChatResponse {
+		t.Helper()
+		resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r api.ChatResponse
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil {
+			t.Fatalf("%d: %s", resp.StatusCode, b)
+		}
+		return r
+	}
+	r := chat(`{"messages":[{"role":"user","content":"risk?"}],"choices":["RISK_LEVEL: 1","RISK_LEVEL: 2","RISK_LEVEL: 3","RISK_LEVEL: 4","RISK_LEVEL: 5"],"logprobs":true,"top_logprobs":5,"temperature":0}`)
+	lp := r.Choices[0].Logprobs
+	if r.Choices[0].Message.Content != "RISK_LEVEL: 4" || lp == nil || len(lp.Content) != 13 || len(lp.Content[12].TopLogprobs) != 5 || lp.Content[12].Token != "4" {
+		t.Fatalf("%+v %+v", r.Choices[0].Message, lp)
+	}
+	r = chat(`{"messages":[{"role":"user","content":"risk?"}],"tools":[{"type":"function","function":{"name":"score","parameters":{"type":"object","properties":{"level":{"type":"integer","minimum":1,"maximum":5}},"required":["level"]}}}],"tool_choice":{"type":"function","function":{"name":"score"}}}`)
+	m := r.Choices[0].Message
+	var args struct{ Level int }
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "score" || json.Unmarshal([]byte(m.ToolCalls[0].Function.Arguments), &args) != nil ||
+		args.Level < 1 || args.Level > 5 || *r.Choices[0].FinishReason != "tool_calls" {
+		t.Fatalf("forced call %+v", m)
+	}
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= <|nope|>"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("a grammar llama-server refuses: status %d", resp.StatusCode)
 	}
 }

@@ -250,3 +250,28 @@ func (o *Oracle) Bench(model string, promptTokens, genTokens int) (BenchResult, 
 	err := o.call("bench", req, &r)
 	return r, err
 }
+
+// GrammarSample is one generation under a grammar: its tokens (without the end-of-generation token) and
+// whether it ended at one (rather than at the token limit).
+type GrammarSample struct {
+	Tokens []int `json:"tokens"`
+	EOG    bool  `json:"eog"`
+}
+
+// GrammarSamples samples count generations of at most n tokens after the prompt tokens under a GBNF
+// grammar, with llama.cpp's own grammar parser and grammar sampler (llama-server's "grammar" field) at
+// temperature, seeds seed, seed+1, …. A grammar llama.cpp refuses gives an *Error with its reason.
+func (o *Oracle) GrammarSamples(model, grammar string, tokens []int, n, count int, temperature float64, seed int) ([]GrammarSample, error) {
+	var r struct {
+		Samples []GrammarSample `json:"samples"`
+	}
+	req := o.withContext(map[string]any{"model": model, "grammar": grammar, "tokens": tokens, "n": n, "samples": count,
+		"temperature": temperature, "seed": seed})
+	if err := o.call("grammar", req, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Samples) != count {
+		return nil, fmt.Errorf("oracle grammar %s: %d samples, want %d", model, len(r.Samples), count)
+	}
+	return r.Samples, nil
+}

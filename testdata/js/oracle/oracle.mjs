@@ -318,7 +318,41 @@ function renderChat(entry, req) {
     return renderer.render(vars);
 }
 
+// Sampling under a GBNF grammar with llama.cpp's own grammar parser and sampler (what llama-server's
+// "grammar" field runs). A grammar llama.cpp cannot parse fails the request with its reason.
+async function grammarSamples(entry, req) {
+    const tokens = requireTokens(req, "tokens", entry.nVocab);
+    const n = intOption(req, "n", 64, 1, 1 << 12);
+    const count = intOption(req, "samples", 1, 1, 1000);
+    const seed = intOption(req, "seed", 0, 0, 1 << 30);
+    const temperature = typeof req.temperature === "number" ? req.temperature : 1;
+    const grammar = await llama.createGrammar({grammar: requireString(req, "grammar")});
+    const {seq} = await getSequence(entry, req);
+    const samples = [];
+    for (let s = 0; s < count; s++) {
+        await seq.clearHistory();
+        const state = new nlc.LlamaGrammarEvaluationState({model: entry.model, grammar});
+        const gen = [];
+        let eog = false;
+        for await (const tok of seq.evaluate(tokens, {temperature, seed: seed + s, grammarEvaluationState: state, yieldEogToken: true})) {
+            if (entry.model.isEogToken(tok)) {
+                eog = true;
+                break;
+            }
+            gen.push(tok);
+            if (gen.length >= n)
+                break;
+        }
+        samples.push({tokens: gen, eog});
+    }
+    await seq.clearHistory();
+    return {samples};
+}
+
 const handlers = {
+    async grammar(req) {
+        return grammarSamples(await getModel(req), req);
+    },
     async version() {
         return {
             nodeLlamaCpp: nlcPackage.version,
