@@ -1,7 +1,9 @@
 package kquant
 
-// Block loops used by the Format table. They call the fast kernels where one
-// exists; the reference kernels stay available to the tests.
+// Block loops used by the Format table. They call the vector kernels
+// (lanes.go, *_amd64.s) where the CPU has them, else the plain Go fast
+// kernels where one exists; the reference kernels stay available to the
+// tests, which check every path against them (vector_test.go).
 
 func quantizeQ2K(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
@@ -16,18 +18,42 @@ func quantizeQ3K(dst []byte, src []float32, nb int) {
 }
 
 func quantizeQ4K(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ4KLanes(dst, src, nb)
+		return
+	}
+	quantizeQ4KGo(dst, src, nb)
+}
+
+func quantizeQ4KGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		fastQ4K(dst[i*144:], src[i*256:])
 	}
 }
 
 func quantizeQ5K(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ5KLanes(dst, src, nb)
+		return
+	}
+	quantizeQ5KGo(dst, src, nb)
+}
+
+func quantizeQ5KGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		fastQ5K(dst[i*176:], src[i*256:])
 	}
 }
 
 func quantizeQ6K(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ6KLanes(dst, src, nb)
+		return
+	}
+	quantizeQ6KGo(dst, src, nb)
+}
+
+func quantizeQ6KGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		refQ6K(dst[i*210:], src[i*256:])
 	}

@@ -1,0 +1,204 @@
+package kquant
+
+import "math"
+
+// Lane layouts shared by the vector kernels (*_amd64.s) and their Go
+// drivers. A vector kernel runs the search of one sub-block per vector lane:
+// lane j of row i holds element i of sub-block j, so the sequential sums of
+// the reference become one vector add per element, in the same order, and
+// every lane performs exactly the float32 operations the scalar code
+// performs for its sub-block.
+
+// qkx2Lanes is the state of make_qkx2_quants run on 8 sub-blocks of 32
+// values at once (Q4_K, Q5_K). The assembly addresses it by the offsets
+// checked in TestLaneLayouts.
+type qkx2Lanes struct {
+	x     [32][8]float32 // in: x[i][j] is value i of sub-block j
+	w     [32][8]float32 // weights (filled by the kernel)
+	L     [32][8]int32   // out: the levels of the best step
+	laux  [32][8]int32   // scratch: the levels of the current step
+	maxv  [8]float32     // scratch: max
+	sumW  [8]float32     // scratch
+	sumX  [8]float32     // scratch
+	best  [8]float32     // scratch: best error
+	scale [8]float32     // out: the scale
+	min   [8]float32     // out: the_min (minus the offset, >= 0)
+	dead  [8]uint32      // scratch: all-ones where max == min
+	num   [24]float32    // in: the numerators rmin + rdelta*is + nmax, is = 0..nstep
+}
+
+// qx16Lanes is the state of make_qx_quants (n = 16, no weights, rmse_type 1)
+// run on the 16 sub-blocks of a Q6_K super-block at once, in two vectors of
+// 8 lanes (A: sub-blocks 0..7, B: 8..15).
+type qx16Lanes struct {
+	x     [16][16]float32 // in: x[i][j] is value i of sub-block j
+	w     [16][16]float32 // scratch: x*x
+	wx    [16][16]float32 // scratch: (x*x)*x
+	L     [16][16]int32   // out: levels + nmax of the best trial
+	laux  [16][16]int32   // scratch: levels of the current trial
+	scale [16]float32     // out
+	max   [16]float32     // scratch: the value of largest magnitude
+	best  [16]float32     // scratch
+	dead  [16]uint32      // scratch: all-ones where amax < GROUP_MAX_EPS
+}
+
+// q6kTrialNum holds -(nmax + 0.1*is) for the trials is = -9..-1, 1..9 of
+// make_qx_quants with nmax = 32, as the C code computes it.
+var q6kTrialNum = func() (t [18]float32) {
+	k := 0
+	for is := -9; is <= 9; is++ {
+		if is != 0 {
+			t[k] = -(32 + float32(0.1*float32(is)))
+			k++
+		}
+	}
+	return t
+}()
+
+// finiteBits is the test of allFinite: OR of (bits&exp)+1ulp-of-exp over
+// the values has the sign bit set iff some exponent field is all ones.
+func finiteAcc(acc uint32, v float32) uint32 {
+	return acc | (math.Float32bits(v)&0x7F800000 + 0x00800000)
+}
+
+// fillNum sets st.num[is] = rmin + rdelta*is + nmax, is = 0..nstep, as
+// make_qkx2_quants computes the numerator of iscale.
+func (st *qkx2Lanes) fillNum(rmin, rdelta float32, nmax int32, nstep int) {
+	fnmax := float32(nmax)
+	for is := 0; is <= nstep; is++ {
+		st.num[is] = rmin + float32(rdelta*float32(is)) + fnmax
+	}
+}
+
+// q45kLanes is fastQ45K with the 8 sub-block searches run at once by the
+// vector kernel. It returns false, having written nothing, when a value is
+// NaN or Inf (those blocks go to the scalar kernel, whose NaN propagation
+// the vector lanes do not copy).
+func q45kLanes(hdr []byte, L *[256]uint8, x *[256]float32, st *qkx2Lanes, nmax int32, nstep int) bool {
+	var acc uint32
+	for j := 0; j < 8; j++ {
+		xb := (*[32]float32)(x[32*j : 32*j+32])
+		for i, v := range xb {
+			st.x[i][j] = v
+			acc = finiteAcc(acc, v)
+		}
+	}
+	if acc&0x80000000 != 0 {
+		return false
+	}
+	qkx2Lanes32AVX2(st, int(nmax), nstep)
+	var maxScale, maxMin float32
+	for j := 0; j < 8; j++ {
+		if st.scale[j] > maxScale {
+			maxScale = st.scale[j]
+		}
+		if st.min[j] > maxMin {
+			maxMin = st.min[j]
+		}
+	}
+	for i := 0; i < 32; i++ {
+		for j := 0; j < 8; j++ {
+			L[32*j+i] = uint8(st.L[i][j])
+		}
+	}
+	finishQ45K(hdr, L, x[:], int(nmax), &st.scale, &st.min, maxScale, maxMin)
+	return true
+}
+
+func quantizeQ4KLanes(dst []byte, src []float32, nb int) {
+	var st qkx2Lanes
+	st.fillNum(-1, 0.1, 15, 20)
+	for i := 0; i < nb; i++ {
+		y := dst[i*144 : i*144+144]
+		x := (*[256]float32)(src[i*256 : i*256+256])
+		var L [256]uint8
+		if !q45kLanes(y, &L, x, &st, 15, 20) {
+			fastQ4K(y, x[:])
+			continue
+		}
+		packQ4K(y[16:144], &L)
+	}
+}
+
+func quantizeQ5KLanes(dst []byte, src []float32, nb int) {
+	var st qkx2Lanes
+	st.fillNum(-0.5, 0.1, 31, 15)
+	for i := 0; i < nb; i++ {
+		y := dst[i*176 : i*176+176]
+		x := (*[256]float32)(src[i*256 : i*256+256])
+		var L [256]uint8
+		if !q45kLanes(y, &L, x, &st, 31, 15) {
+			fastQ5K(y, x[:])
+			continue
+		}
+		packQ5K(y[16:48], y[48:176], &L)
+	}
+}
+
+// q6kLanes is refQ6K with the 16 make_qx_quants searches run at once by the
+// vector kernel. It returns false, having written nothing, when a value is
+// NaN or Inf.
+func q6kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
+	var acc uint32
+	for j := 0; j < 16; j++ {
+		xb := (*[16]float32)(x[16*j : 16*j+16])
+		for i, v := range xb {
+			st.x[i][j] = v
+			acc = finiteAcc(acc, v)
+		}
+	}
+	if acc&0x80000000 != 0 {
+		return false
+	}
+	qx16LanesAVX2(st, &q6kTrialNum)
+	y = y[:210]
+	var maxScale, maxAbsScale float32
+	for ib := 0; ib < 16; ib++ {
+		s := st.scale[ib]
+		if as := absf(s); as > maxAbsScale {
+			maxAbsScale = as
+			maxScale = s
+		}
+	}
+	if maxAbsScale < groupMaxEps {
+		for i := range y {
+			y[i] = 0
+		}
+		putFP16(y[208:], 0)
+		return true
+	}
+	iscale := -128 / maxScale
+	putFP16(y[208:], 1/iscale)
+	sc := y[192:208]
+	for ib := 0; ib < 16; ib++ {
+		sc[ib] = uint8(int8(min32(127, nearestInt(float32(iscale*st.scale[ib])))))
+	}
+	dd := getFP16(y[208:])
+	var L [256]int8
+	for j := 0; j < 16; j++ {
+		d := dd * float32(int8(sc[j]))
+		if d == 0 {
+			for ii := 0; ii < 16; ii++ {
+				L[16*j+ii] = int8(st.L[ii][j])
+			}
+			continue
+		}
+		for ii := 0; ii < 16; ii++ {
+			l := nearestInt(x[16*j+ii] / d)
+			L[16*j+ii] = int8(max32(-32, min32(31, l)) + 32)
+		}
+	}
+	packQ6K(y[0:128], y[128:192], &L)
+	return true
+}
+
+func quantizeQ6KLanes(dst []byte, src []float32, nb int) {
+	var st qx16Lanes
+	for i := 0; i < nb; i++ {
+		y := dst[i*210 : i*210+210]
+		x := (*[256]float32)(src[i*256 : i*256+256])
+		if !q6kLanes(y, x, &st) {
+			refQ6K(y, x[:])
+		}
+	}
+}

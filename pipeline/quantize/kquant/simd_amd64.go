@@ -1,0 +1,22 @@
+//go:build !purego
+
+package kquant
+
+import "golang.org/x/sys/cpu"
+
+// useAVX2 selects the vector kernels (*_amd64.s). They use AVX2 only (no
+// FMA: every product is rounded before it is added, as in ggml's build).
+// Build with -tags purego to run the plain Go kernels on amd64.
+var useAVX2 = cpu.X86.HasAVX2
+
+// qkx2Lanes32AVX2 runs make_qkx2_quants on the 8 sub-blocks in st (see
+// qkx2_amd64.s).
+//
+//go:noescape
+func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int)
+
+// qx16LanesAVX2 runs make_qx_quants for Q6_K on the 16 sub-blocks in st
+// (see qx_amd64.s).
+//
+//go:noescape
+func qx16LanesAVX2(st *qx16Lanes, num *[18]float32)

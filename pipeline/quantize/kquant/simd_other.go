@@ -1,0 +1,10 @@
+//go:build !amd64 || purego
+
+package kquant
+
+// Without the amd64 vector kernels every format runs its plain Go kernel.
+const useAVX2 = false
+
+func qkx2Lanes32AVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
+
+func qx16LanesAVX2(*qx16Lanes, *[18]float32) { panic("kquant: no vector kernels in this build") }
