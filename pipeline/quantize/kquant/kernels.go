@@ -70,3 +70,51 @@ func quantizeIQ4XS(dst []byte, src []float32, nb int) {
 		fastIQ4XS(dst[i*136:], src[i*256:])
 	}
 }
+
+func quantizeQ4_0(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ4_0AVX2(dst, src, nb)
+		return
+	}
+	refQ4_0(dst, src, nb)
+}
+
+func quantizeQ8_0(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ8_0AVX2(dst, src, nb)
+		return
+	}
+	refQ8_0(dst, src, nb)
+}
+
+// quantizeQ4_0AVX2 runs the vector kernel and the scalar one on each block
+// it stops at (a block with a NaN or Inf).
+func quantizeQ4_0AVX2(dst []byte, src []float32, nb int) {
+	if nb == 0 {
+		return
+	}
+	_ = src[nb*32-1]
+	_ = dst[nb*18-1]
+	for i := 0; i < nb; {
+		i += q4_0AVX2(&dst[i*18], &src[i*32], nb-i)
+		if i < nb {
+			refQ4_0(dst[i*18:], src[i*32:], 1)
+			i++
+		}
+	}
+}
+
+func quantizeQ8_0AVX2(dst []byte, src []float32, nb int) {
+	if nb == 0 {
+		return
+	}
+	_ = src[nb*32-1]
+	_ = dst[nb*34-1]
+	for i := 0; i < nb; {
+		i += q8_0AVX2(&dst[i*34], &src[i*32], nb-i)
+		if i < nb {
+			refQ8_0(dst[i*34:], src[i*32:], 1)
+			i++
+		}
+	}
+}

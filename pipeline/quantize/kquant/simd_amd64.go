@@ -4,10 +4,11 @@ package kquant
 
 import "golang.org/x/sys/cpu"
 
-// useAVX2 selects the vector kernels (*_amd64.s). They use AVX2 only (no
-// FMA: every product is rounded before it is added, as in ggml's build).
-// Build with -tags purego to run the plain Go kernels on amd64.
-var useAVX2 = cpu.X86.HasAVX2
+// useAVX2 selects the vector kernels (*_amd64.s). They use AVX2 and F16C
+// (every AVX2 CPU has it), never FMA: every product is rounded before it is
+// added, as in ggml's build. Build with -tags purego to run the plain Go
+// kernels on amd64.
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C
 
 // qkx2Lanes32AVX2 runs make_qkx2_quants on the 8 sub-blocks in st (see
 // qkx2_amd64.s).
@@ -20,3 +21,12 @@ func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int)
 //
 //go:noescape
 func qx16LanesAVX2(st *qx16Lanes, num *[18]float32)
+
+// q8_0AVX2 and q4_0AVX2 encode blocks until the first one holding a NaN or
+// Inf and return how many they encoded (see legacy_amd64.s).
+//
+//go:noescape
+func q8_0AVX2(dst *byte, src *float32, nb int) int
+
+//go:noescape
+func q4_0AVX2(dst *byte, src *float32, nb int) int
