@@ -48,14 +48,22 @@ func fastQ2K(y []byte, xs []float32) {
 	var L [256]uint8
 	var weights [16]float32
 	var mins, scales [16]float32
-	const q4scale float32 = 15
-	var maxScale, maxMin float32
 	for j := 0; j < 16; j++ {
 		xb := (*[16]float32)(x[16*j : 16*j+16])
 		for l, v := range xb {
 			weights[l] = absf(v)
 		}
 		scales[j], mins[j] = qkx2Fast16MAD(xb, &weights, (*[16]uint8)(L[16*j:16*j+16]), 3, -0.5, 0.1, 15)
+	}
+	finishQ2K(y, &L, x, &scales, &mins)
+}
+
+// finishQ2K quantizes the sub-block scales and mins to 4 bits, stores d and
+// dmin, re-quantizes every sub-block with the stored values and packs.
+func finishQ2K(y []byte, L *[256]uint8, x *[256]float32, scales, mins *[16]float32) {
+	const q4scale float32 = 15
+	var maxScale, maxMin float32
+	for j := 0; j < 16; j++ {
 		if scales[j] > maxScale {
 			maxScale = scales[j]
 		}

@@ -6,6 +6,14 @@ package kquant
 // tests, which check every path against them (vector_test.go).
 
 func quantizeQ2K(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ2KLanes(dst, src, nb)
+		return
+	}
+	quantizeQ2KGo(dst, src, nb)
+}
+
+func quantizeQ2KGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		fastQ2K(dst[i*84:], src[i*256:])
 	}

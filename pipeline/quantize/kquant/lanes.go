@@ -202,3 +202,48 @@ func quantizeQ6KLanes(dst []byte, src []float32, nb int) {
 		}
 	}
 }
+
+// q2kLanes is fastQ2K with the 16 make_qkx2_quants searches run by the
+// vector kernel, 8 sub-blocks at a time. It returns false, having written
+// nothing, when a value is NaN or Inf.
+func q2kLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
+	var acc uint32
+	for _, v := range x {
+		acc = finiteAcc(acc, v)
+	}
+	if acc&0x80000000 != 0 {
+		return false
+	}
+	y = y[:84]
+	var L [256]uint8
+	var mins, scales [16]float32
+	for h := 0; h < 2; h++ {
+		for j := 0; j < 8; j++ {
+			xb := (*[16]float32)(x[16*(8*h+j) : 16*(8*h+j)+16])
+			for i, v := range xb {
+				st.x[i][j] = v
+			}
+		}
+		qkx2Lanes16MADAVX2(st, 3, 15)
+		for j := 0; j < 8; j++ {
+			scales[8*h+j], mins[8*h+j] = st.scale[j], st.min[j]
+			for i := 0; i < 16; i++ {
+				L[16*(8*h+j)+i] = uint8(st.L[i][j])
+			}
+		}
+	}
+	finishQ2K(y, &L, x, &scales, &mins)
+	return true
+}
+
+func quantizeQ2KLanes(dst []byte, src []float32, nb int) {
+	var st qkx2Lanes
+	st.fillNum(-0.5, 0.1, 3, 15)
+	for i := 0; i < nb; i++ {
+		y := dst[i*84 : i*84+84]
+		x := (*[256]float32)(src[i*256 : i*256+256])
+		if !q2kLanes(y, x, &st) {
+			fastQ2K(y, x[:])
+		}
+	}
+}

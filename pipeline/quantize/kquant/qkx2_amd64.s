@@ -306,3 +306,179 @@ zero:
 	JLT       zero
 	VZEROUPPER
 	RET
+
+// ERRMAD(o): cur_error += w * |scale*l + min - x| for element o/32 (the
+// absolute-error variant; Y5 scale, Y4 min, Y3 cur_error, Y2 abs mask).
+#define ERRMAD(o) \
+	VCVTDQ2PS QLAUX+o(DI), Y0; \
+	VMULPS    Y0, Y5, Y0; \
+	VADDPS    Y4, Y0, Y0; \
+	VSUBPS    QX+o(DI), Y0, Y0; \
+	VANDPS    Y2, Y0, Y0; \
+	VMULPS    QW+o(DI), Y0, Y0; \
+	VADDPS    Y0, Y3, Y3
+
+#define ERRMAD8(o) \
+	ERRMAD(o); ERRMAD(o+32); ERRMAD(o+64); ERRMAD(o+96); \
+	ERRMAD(o+128); ERRMAD(o+160); ERRMAD(o+192); ERRMAD(o+224)
+
+// func qkx2Lanes16MADAVX2(st *qkx2Lanes, nmax int, nstep int)
+//
+// The Q2_K variant on 8 sub-blocks of 16 values (rows 0-15 of st): weights
+// |x|, then make_qkx2_quants(16, nmax, x, w, L, Laux, rmin, 0.1, nstep,
+// true) with st.num as in qkx2Lanes32AVX2.
+TEXT ·qkx2Lanes16MADAVX2(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), DI
+	MOVQ nmax+8(FP), AX
+	MOVQ nstep+16(FP), CX
+
+	VBROADCASTSS qkMagic<>(SB), Y14
+	VBROADCASTSS qkMant<>(SB), Y13
+	VBROADCASTSS qkOff<>(SB), Y12
+	VXORPS       Y11, Y11, Y11
+	MOVQ         AX, X15
+	VPBROADCASTD X15, Y15
+
+	// Weights |x|; min, max, sum_w, sum_x.
+	VBROADCASTSS qkAbs<>(SB), Y5
+	VMOVUPS QX(DI), Y10
+	VANDPS  Y5, Y10, Y2
+	VMOVUPS Y2, QW(DI)
+	VMOVAPS Y10, Y1
+	VMULPS  Y10, Y2, Y3
+	MOVQ    $32, BX
+
+mm16:
+	VMOVUPS QX(DI)(BX*1), Y0
+	VMINPS  Y10, Y0, Y10
+	VMAXPS  Y1, Y0, Y1
+	VANDPS  Y5, Y0, Y4
+	VMOVUPS Y4, QW(DI)(BX*1)
+	VADDPS  Y4, Y2, Y2
+	VMULPS  Y0, Y4, Y4
+	VADDPS  Y4, Y3, Y3
+	ADDQ    $32, BX
+	CMPQ    BX, $512
+	JLT     mm16
+	VMINPS  Y10, Y11, Y10        // if min > 0 { min = 0 }
+	VMOVUPS Y1, QMAX(DI)
+	VMOVUPS Y2, QSUMW(DI)
+	VMOVUPS Y3, QSUMX(DI)
+	VCMPPS  $0x00, Y10, Y1, Y0   // max == min
+	VMOVUPS Y0, QDEAD(DI)
+
+	// Initial levels with iscale = nmax/(max-min), scale = 1/iscale.
+	VSUBPS   Y10, Y1, Y1
+	VCVTDQ2PS Y15, Y0
+	VDIVPS   Y1, Y0, Y9
+	VBROADCASTSS qkOne<>(SB), Y0
+	VDIVPS   Y9, Y0, Y5
+	VMOVUPS  Y5, QSCALE(DI)
+	VBROADCASTSS qkAbs<>(SB), Y4
+	VXORPS   Y3, Y3, Y3
+	XORQ     BX, BX
+
+init16:
+	VMOVUPS   QX(DI)(BX*1), Y0
+	VSUBPS    Y10, Y0, Y1
+	VMULPS    Y1, Y9, Y1
+	NEAREST(Y1)
+	VMOVDQU   Y1, QL(DI)(BX*1)
+	VCVTDQ2PS Y1, Y2
+	VMULPS    Y2, Y5, Y2
+	VADDPS    Y10, Y2, Y2
+	VSUBPS    Y0, Y2, Y2
+	VANDPS    Y4, Y2, Y2
+	VMULPS    QW(DI)(BX*1), Y2, Y2
+	VADDPS    Y2, Y3, Y3
+	ADDQ      $32, BX
+	CMPQ      BX, $512
+	JLT       init16
+	VMOVUPS   Y3, QBEST(DI)
+
+	XORQ SI, SI
+
+step16:
+	VBROADCASTSS QNUM(DI)(SI*4), Y0
+	VMOVUPS QMAX(DI), Y1
+	VSUBPS  Y10, Y1, Y1
+	VDIVPS  Y1, Y0, Y9
+	VXORPS  Y8, Y8, Y8
+	VXORPS  Y7, Y7, Y7
+	VXORPS  Y6, Y6, Y6
+	STEPELEM(0); STEPELEM(32); STEPELEM(64); STEPELEM(96)
+	STEPELEM(128); STEPELEM(160); STEPELEM(192); STEPELEM(224)
+	STEPELEM(256); STEPELEM(288); STEPELEM(320); STEPELEM(352)
+	STEPELEM(384); STEPELEM(416); STEPELEM(448); STEPELEM(480)
+
+	VMOVUPS QSUMW(DI), Y0
+	VMULPS  Y7, Y0, Y1
+	VMULPS  Y8, Y8, Y2
+	VSUBPS  Y2, Y1, Y1              // D
+	VCMPPS  $0x1E, Y11, Y1, Y2      // D > 0
+	VMOVUPS QDEAD(DI), Y3
+	VANDNPS Y2, Y3, Y2              // and not dead
+	VMOVMSKPS Y2, AX
+	TESTL   AX, AX
+	JZ      next16
+	VMULPS  Y6, Y0, Y3
+	VMOVUPS QSUMX(DI), Y4
+	VMULPS  Y8, Y4, Y5
+	VSUBPS  Y5, Y3, Y3
+	VDIVPS  Y1, Y3, Y3
+	VMULPS  Y4, Y7, Y4
+	VMULPS  Y6, Y8, Y5
+	VSUBPS  Y5, Y4, Y4
+	VDIVPS  Y1, Y4, Y4
+	VCMPPS    $0x1E, Y11, Y4, Y0
+	VDIVPS    Y7, Y6, Y5
+	VBLENDVPS Y0, Y5, Y3, Y5        // this_scale
+	VBLENDVPS Y0, Y11, Y4, Y4       // this_min
+	VMOVAPS   Y2, Y8                // live
+	VMOVUPS   QBEST(DI), Y7
+	VXORPS    Y3, Y3, Y3
+	VBROADCASTSS qkAbs<>(SB), Y2
+	ERRMAD8(0)
+	VCMPPS    $0x11, Y7, Y3, Y1
+	VANDPS    Y8, Y1, Y1
+	VMOVMSKPS Y1, AX
+	TESTL     AX, AX
+	JZ        next16
+	ERRMAD8(256)
+	VCMPPS    $0x11, Y7, Y3, Y1
+	VANDPS    Y8, Y1, Y1
+	VMOVMSKPS Y1, AX
+	TESTL     AX, AX
+	JZ        next16
+	VBLENDVPS Y1, Y3, Y7, Y7
+	VMOVUPS   Y7, QBEST(DI)
+	VMOVUPS   QSCALE(DI), Y0
+	VBLENDVPS Y1, Y5, Y0, Y0
+	VMOVUPS   Y0, QSCALE(DI)
+	VBLENDVPS Y1, Y4, Y10, Y10
+	KEEP8(0)
+	KEEP8(256)
+
+next16:
+	INCQ SI
+	CMPQ SI, CX
+	JLE  step16
+
+	VMOVUPS   QDEAD(DI), Y1
+	VMOVUPS   QSCALE(DI), Y0
+	VBLENDVPS Y1, Y11, Y0, Y0
+	VMOVUPS   Y0, QSCALE(DI)
+	VBROADCASTSS qkSign<>(SB), Y0
+	VXORPS    Y0, Y10, Y10
+	VMOVUPS   Y10, QMIN(DI)
+	XORQ      BX, BX
+
+zero16:
+	VMOVUPS   QL(DI)(BX*1), Y0
+	VBLENDVPS Y1, Y11, Y0, Y0
+	VMOVUPS   Y0, QL(DI)(BX*1)
+	ADDQ      $32, BX
+	CMPQ      BX, $512
+	JLT       zero16
+	VZEROUPPER
+	RET

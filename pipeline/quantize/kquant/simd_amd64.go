@@ -16,6 +16,12 @@ var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C
 //go:noescape
 func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int)
 
+// qkx2Lanes16MADAVX2 is the Q2_K variant (16 values, weights |x|, absolute
+// error) on rows 0-15 of st.
+//
+//go:noescape
+func qkx2Lanes16MADAVX2(st *qkx2Lanes, nmax, nstep int)
+
 // qx16LanesAVX2 runs make_qx_quants for Q6_K on the 16 sub-blocks in st
 // (see qx_amd64.s).
 //

@@ -7,6 +7,8 @@ const useAVX2 = false
 
 func qkx2Lanes32AVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
 
+func qkx2Lanes16MADAVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
+
 func qx16LanesAVX2(*qx16Lanes, *[18]float32) { panic("kquant: no vector kernels in this build") }
 
 func q8_0AVX2(*byte, *float32, int) int { panic("kquant: no vector kernels in this build") }

@@ -15,11 +15,11 @@ import (
 var (
 	vectorKernels = map[uint32]kernel{
 		TypeQ4_K: quantizeQ4KLanes, TypeQ5_K: quantizeQ5KLanes, TypeQ6_K: quantizeQ6KLanes,
-		TypeQ4_0: quantizeQ4_0AVX2, TypeQ8_0: quantizeQ8_0AVX2,
+		TypeQ4_0: quantizeQ4_0AVX2, TypeQ8_0: quantizeQ8_0AVX2, TypeQ2_K: quantizeQ2KLanes,
 	}
 	plainKernels = map[uint32]kernel{
 		TypeQ4_K: quantizeQ4KGo, TypeQ5_K: quantizeQ5KGo, TypeQ6_K: quantizeQ6KGo,
-		TypeQ4_0: refQ4_0, TypeQ8_0: refQ8_0,
+		TypeQ4_0: refQ4_0, TypeQ8_0: refQ8_0, TypeQ2_K: quantizeQ2KGo,
 	}
 )
 
