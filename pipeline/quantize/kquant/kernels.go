@@ -68,12 +68,28 @@ func quantizeQ6KGo(dst []byte, src []float32, nb int) {
 }
 
 func quantizeIQ4NL(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeIQ4NLLanes(dst, src, nb)
+		return
+	}
+	quantizeIQ4NLGo(dst, src, nb)
+}
+
+func quantizeIQ4NLGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		fastIQ4NL(dst[i*18:], src[i*32:])
 	}
 }
 
 func quantizeIQ4XS(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeIQ4XSLanes(dst, src, nb)
+		return
+	}
+	quantizeIQ4XSGo(dst, src, nb)
+}
+
+func quantizeIQ4XSGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		fastIQ4XS(dst[i*136:], src[i*256:])
 	}

@@ -1,6 +1,9 @@
 package kquant
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Lane layouts shared by the vector kernels (*_amd64.s) and their Go
 // drivers. A vector kernel runs the search of one sub-block per vector lane:
@@ -75,15 +78,7 @@ func (st *qkx2Lanes) fillNum(rmin, rdelta float32, nmax int32, nstep int) {
 // NaN or Inf (those blocks go to the scalar kernel, whose NaN propagation
 // the vector lanes do not copy).
 func q45kLanes(hdr []byte, L *[256]uint8, x *[256]float32, st *qkx2Lanes, nmax int32, nstep int) bool {
-	var acc uint32
-	for j := 0; j < 8; j++ {
-		xb := (*[32]float32)(x[32*j : 32*j+32])
-		for i, v := range xb {
-			st.x[i][j] = v
-			acc = finiteAcc(acc, v)
-		}
-	}
-	if acc&0x80000000 != 0 {
+	if !st.transpose32(x) {
 		return false
 	}
 	qkx2Lanes32AVX2(st, int(nmax), nstep)
@@ -245,5 +240,135 @@ func quantizeQ2KLanes(dst []byte, src []float32, nb int) {
 		if !q2kLanes(y, x, &st) {
 			fastQ2K(y, x[:])
 		}
+	}
+}
+
+// iq4Tables holds what the IQ4 vector kernels need of kvalues_iq4nl, all
+// derived from kvaluesIQ4NL: the values (as float32, in two halves for
+// VPERMPS), twice the midpoints the binary search of bestIndexIQ4 compares
+// with at each level (level 1: mid2[8]; level 2: mid2[4] or mid2[12],
+// picked as c4 + (mask & diff); level 3: mid2[4k+2]; level 4:
+// mid2[2k+1]), the index bits, and itry + kvalues[0] for itry = -7..7.
+type iq4Tables struct {
+	kvLo, kvHi   [8]float32
+	t3, t4       [8]float32
+	c8, c4, diff [8]float32
+	i8, i4, i2   [8]int32
+	try          [15]float32
+}
+
+var iq4Tab = func() (t iq4Tables) {
+	m := kvaluesIQ4NLmid2
+	for k := 0; k < 8; k++ {
+		t.kvLo[k], t.kvHi[k] = kvaluesIQ4NLf[k], kvaluesIQ4NLf[8+k]
+		t.t4[k] = m[2*k+1]
+		if k < 4 {
+			t.t3[k] = m[4*k+2]
+		}
+		t.c8[k], t.c4[k], t.diff[k] = m[8], m[4], m[12]-m[4]
+		t.i8[k], t.i4[k], t.i2[k] = 8, 4, 2
+	}
+	for itry := -7; itry <= 7; itry++ {
+		t.try[itry+7] = float32(itry + int(kvaluesIQ4NL[0]))
+	}
+	return t
+}()
+
+// transpose32 puts 8 blocks of 32 values (x[32*j+i]) into st.x[i][j] and
+// reports whether they are all finite.
+func (st *qkx2Lanes) transpose32(x *[256]float32) bool {
+	var acc uint32
+	for j := 0; j < 8; j++ {
+		xb := (*[32]float32)(x[32*j : 32*j+32])
+		for i, v := range xb {
+			st.x[i][j] = v
+			acc = finiteAcc(acc, v)
+		}
+	}
+	return acc&0x80000000 == 0
+}
+
+// iq4xsLanes is fastIQ4XS with the 8 sub-block searches run at once by the
+// vector kernel and the final table searches vectorized. It returns false,
+// having written nothing, when a value is NaN or Inf.
+func iq4xsLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
+	if !st.transpose32(x) {
+		return false
+	}
+	iq4Lanes32AVX2(st, &iq4Tab)
+	y = y[:136]
+	var maxScale, amaxScale float32
+	for ib := 0; ib < 8; ib++ {
+		if ad := absf(st.scale[ib]); ad > amaxScale {
+			amaxScale = ad
+			maxScale = st.scale[ib]
+		}
+	}
+	d := -maxScale / 32
+	putFP16(y[0:], d)
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	var scalesH uint16
+	for ib := 0; ib < 8; ib++ {
+		l := max(-32, min(31, nearestInt(float32(id*st.scale[ib]))))
+		dl := d * float32(l)
+		var idl float32
+		if dl != 0 {
+			idl = 1 / dl
+		}
+		iq4IndexAVX2(&y[8+16*ib], &x[32*ib], idl, &iq4Tab)
+		l += 32
+		if ib%2 == 0 {
+			y[4+ib/2] = uint8(l) & 0xF
+		} else {
+			y[4+ib/2] |= (uint8(l) & 0xF) << 4
+		}
+		scalesH |= uint16(l>>4) << (2 * ib)
+	}
+	binary.LittleEndian.PutUint16(y[2:], scalesH)
+	return true
+}
+
+func quantizeIQ4XSLanes(dst []byte, src []float32, nb int) {
+	var st qkx2Lanes
+	for i := 0; i < nb; i++ {
+		y := dst[i*136 : i*136+136]
+		x := (*[256]float32)(src[i*256 : i*256+256])
+		if !iq4xsLanes(y, x, &st) {
+			fastIQ4XS(y, x[:])
+		}
+	}
+}
+
+// quantizeIQ4NLLanes runs the search on 8 blocks at a time (one per lane),
+// the remaining blocks and any group of 8 with a NaN or Inf on the scalar
+// kernel.
+func quantizeIQ4NLLanes(dst []byte, src []float32, nb int) {
+	var st qkx2Lanes
+	i := 0
+	for ; i+8 <= nb; i += 8 {
+		x := (*[256]float32)(src[i*32 : i*32+256])
+		if !st.transpose32(x) {
+			for k := i; k < i+8; k++ {
+				fastIQ4NL(dst[k*18:k*18+18], src[k*32:k*32+32])
+			}
+			continue
+		}
+		iq4Lanes32AVX2(&st, &iq4Tab)
+		for j := 0; j < 8; j++ {
+			y := dst[(i+j)*18 : (i+j)*18+18]
+			s := st.scale[j]
+			putFP16(y, s)
+			var id float32
+			if s != 0 {
+				id = 1 / s
+			}
+			iq4IndexAVX2(&y[2], &x[32*j], id, &iq4Tab)
+		}
+	}
+	for ; i < nb; i++ {
+		fastIQ4NL(dst[i*18:i*18+18], src[i*32:i*32+32])
 	}
 }

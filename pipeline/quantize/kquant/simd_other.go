@@ -14,3 +14,9 @@ func qx16LanesAVX2(*qx16Lanes, *[18]float32) { panic("kquant: no vector kernels 
 func q8_0AVX2(*byte, *float32, int) int { panic("kquant: no vector kernels in this build") }
 
 func q4_0AVX2(*byte, *float32, int) int { panic("kquant: no vector kernels in this build") }
+
+func iq4Lanes32AVX2(*qkx2Lanes, *iq4Tables) { panic("kquant: no vector kernels in this build") }
+
+func iq4IndexAVX2(*byte, *float32, float32, *iq4Tables) {
+	panic("kquant: no vector kernels in this build")
+}

@@ -16,10 +16,12 @@ var (
 	vectorKernels = map[uint32]kernel{
 		TypeQ4_K: quantizeQ4KLanes, TypeQ5_K: quantizeQ5KLanes, TypeQ6_K: quantizeQ6KLanes,
 		TypeQ4_0: quantizeQ4_0AVX2, TypeQ8_0: quantizeQ8_0AVX2, TypeQ2_K: quantizeQ2KLanes,
+		TypeIQ4_NL: quantizeIQ4NLLanes, TypeIQ4_XS: quantizeIQ4XSLanes,
 	}
 	plainKernels = map[uint32]kernel{
 		TypeQ4_K: quantizeQ4KGo, TypeQ5_K: quantizeQ5KGo, TypeQ6_K: quantizeQ6KGo,
 		TypeQ4_0: refQ4_0, TypeQ8_0: refQ8_0, TypeQ2_K: quantizeQ2KGo,
+		TypeIQ4_NL: quantizeIQ4NLGo, TypeIQ4_XS: quantizeIQ4XSGo,
 	}
 )
 
@@ -125,6 +127,9 @@ func TestVectorKernels(t *testing.T) {
 		}
 		for it := 0; it < iters; it++ {
 			nb := 1 + r.IntN(3)
+			if f.BlockSize == 32 { // IQ4_NL's vector kernel takes 8 blocks at a time
+				nb = 1 + r.IntN(20)
+			}
 			off := r.IntN(5)
 			buf := make([]float32, off+nb*f.BlockSize)
 			x := buf[off:]
@@ -169,6 +174,7 @@ func diffBlocks(t *testing.T, f Format, what string, it int, x []float32, got, w
 func TestLaneLayouts(t *testing.T) {
 	var q qkx2Lanes
 	var x qx16Lanes
+	var iq iq4Tables
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -185,6 +191,16 @@ func TestLaneLayouts(t *testing.T) {
 		{"qkx2Lanes.min", unsafe.Offsetof(q.min), 4256},
 		{"qkx2Lanes.dead", unsafe.Offsetof(q.dead), 4288},
 		{"qkx2Lanes.num", unsafe.Offsetof(q.num), 4320},
+		{"iq4Tables.kvHi", unsafe.Offsetof(iq.kvHi), 32},
+		{"iq4Tables.t3", unsafe.Offsetof(iq.t3), 64},
+		{"iq4Tables.t4", unsafe.Offsetof(iq.t4), 96},
+		{"iq4Tables.c8", unsafe.Offsetof(iq.c8), 128},
+		{"iq4Tables.c4", unsafe.Offsetof(iq.c4), 160},
+		{"iq4Tables.diff", unsafe.Offsetof(iq.diff), 192},
+		{"iq4Tables.i8", unsafe.Offsetof(iq.i8), 224},
+		{"iq4Tables.i4", unsafe.Offsetof(iq.i4), 256},
+		{"iq4Tables.i2", unsafe.Offsetof(iq.i2), 288},
+		{"iq4Tables.try", unsafe.Offsetof(iq.try), 320},
 		{"qx16Lanes.x", unsafe.Offsetof(x.x), 0},
 		{"qx16Lanes.w", unsafe.Offsetof(x.w), 1024},
 		{"qx16Lanes.wx", unsafe.Offsetof(x.wx), 2048},
