@@ -20,6 +20,14 @@ func quantizeQ2KGo(dst []byte, src []float32, nb int) {
 }
 
 func quantizeQ3K(dst []byte, src []float32, nb int) {
+	if useAVX2 {
+		quantizeQ3KLanes(dst, src, nb)
+		return
+	}
+	quantizeQ3KGo(dst, src, nb)
+}
+
+func quantizeQ3KGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		refQ3K(dst[i*110:], src[i*256:])
 	}

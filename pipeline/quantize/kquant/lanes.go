@@ -134,15 +134,7 @@ func quantizeQ5KLanes(dst []byte, src []float32, nb int) {
 // vector kernel. It returns false, having written nothing, when a value is
 // NaN or Inf.
 func q6kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
-	var acc uint32
-	for j := 0; j < 16; j++ {
-		xb := (*[16]float32)(x[16*j : 16*j+16])
-		for i, v := range xb {
-			st.x[i][j] = v
-			acc = finiteAcc(acc, v)
-		}
-	}
-	if acc&0x80000000 != 0 {
+	if !st.transpose16(x) {
 		return false
 	}
 	qx16LanesAVX2(st, &q6kTrialNum)
@@ -371,4 +363,92 @@ func quantizeIQ4NLLanes(dst []byte, src []float32, nb int) {
 	for ; i < nb; i++ {
 		fastIQ4NL(dst[i*18:i*18+18], src[i*32:i*32+32])
 	}
+}
+
+// q3kLanes is refQ3K with the 16 make_q3_quants searches run at once by the
+// vector kernel. It returns false, having written nothing, when a value is
+// NaN or Inf.
+func q3kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
+	if !st.transpose16(x) {
+		return false
+	}
+	q3LanesAVX2(st)
+	y = y[:110]
+	var maxScale, amax float32
+	for j := 0; j < 16; j++ {
+		if s := absf(st.scale[j]); s > amax {
+			amax = s
+			maxScale = st.scale[j]
+		}
+	}
+	sc := y[96:108]
+	for i := range sc {
+		sc[i] = 0
+	}
+	if maxScale != 0 {
+		iscale := -32 / maxScale
+		for j := 0; j < 16; j++ {
+			l := int8(nearestInt(float32(iscale * st.scale[j])))
+			l = int8(max32(-32, min32(31, int32(l))) + 32)
+			if j < 8 {
+				sc[j] = uint8(l) & 0xF
+			} else {
+				sc[j-8] |= (uint8(l) & 0xF) << 4
+			}
+			l >>= 4
+			sc[j%4+8] |= uint8(l) << (2 * (j / 4))
+		}
+		putFP16(y[108:], 1/iscale)
+	} else {
+		putFP16(y[108:], 0)
+	}
+	dAll := getFP16(y[108:])
+	var L [256]int8
+	for j := 0; j < 16; j++ {
+		var s uint8
+		if j < 8 {
+			s = sc[j] & 0xF
+		} else {
+			s = sc[j-8] >> 4
+		}
+		scv := int8(s|((sc[8+j%4]>>(2*(j/4)))&3)<<4) - 32
+		d := dAll * float32(scv)
+		if d == 0 {
+			for ii := 0; ii < 16; ii++ {
+				L[16*j+ii] = int8(st.L[ii][j])
+			}
+			continue
+		}
+		for ii := 0; ii < 16; ii++ {
+			l := nearestInt(x[16*j+ii] / d)
+			L[16*j+ii] = int8(max32(-4, min32(3, l)) + 4)
+		}
+	}
+	packQ3(y[0:32], y[32:96], &L)
+	return true
+}
+
+func quantizeQ3KLanes(dst []byte, src []float32, nb int) {
+	var st qx16Lanes
+	for i := 0; i < nb; i++ {
+		y := dst[i*110 : i*110+110]
+		x := (*[256]float32)(src[i*256 : i*256+256])
+		if !q3kLanes(y, x, &st) {
+			refQ3K(y, x[:])
+		}
+	}
+}
+
+// transpose16 puts 16 sub-blocks of 16 values (x[16*j+i]) into st.x[i][j]
+// and reports whether they are all finite.
+func (st *qx16Lanes) transpose16(x *[256]float32) bool {
+	var acc uint32
+	for j := 0; j < 16; j++ {
+		xb := (*[16]float32)(x[16*j : 16*j+16])
+		for i, v := range xb {
+			st.x[i][j] = v
+			acc = finiteAcc(acc, v)
+		}
+	}
+	return acc&0x80000000 == 0
 }

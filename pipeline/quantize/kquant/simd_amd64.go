@@ -46,3 +46,9 @@ func iq4Lanes32AVX2(st *qkx2Lanes, t *iq4Tables)
 
 //go:noescape
 func iq4IndexAVX2(dst *byte, x *float32, id float32, t *iq4Tables)
+
+// q3LanesAVX2 runs make_q3_quants for Q3_K on the 16 sub-blocks in st (see
+// q3k_amd64.s).
+//
+//go:noescape
+func q3LanesAVX2(st *qx16Lanes)

@@ -20,3 +20,5 @@ func iq4Lanes32AVX2(*qkx2Lanes, *iq4Tables) { panic("kquant: no vector kernels i
 func iq4IndexAVX2(*byte, *float32, float32, *iq4Tables) {
 	panic("kquant: no vector kernels in this build")
 }
+
+func q3LanesAVX2(*qx16Lanes) { panic("kquant: no vector kernels in this build") }

@@ -15,12 +15,12 @@ import (
 var (
 	vectorKernels = map[uint32]kernel{
 		TypeQ4_K: quantizeQ4KLanes, TypeQ5_K: quantizeQ5KLanes, TypeQ6_K: quantizeQ6KLanes,
-		TypeQ4_0: quantizeQ4_0AVX2, TypeQ8_0: quantizeQ8_0AVX2, TypeQ2_K: quantizeQ2KLanes,
+		TypeQ4_0: quantizeQ4_0AVX2, TypeQ8_0: quantizeQ8_0AVX2, TypeQ2_K: quantizeQ2KLanes, TypeQ3_K: quantizeQ3KLanes,
 		TypeIQ4_NL: quantizeIQ4NLLanes, TypeIQ4_XS: quantizeIQ4XSLanes,
 	}
 	plainKernels = map[uint32]kernel{
 		TypeQ4_K: quantizeQ4KGo, TypeQ5_K: quantizeQ5KGo, TypeQ6_K: quantizeQ6KGo,
-		TypeQ4_0: refQ4_0, TypeQ8_0: refQ8_0, TypeQ2_K: quantizeQ2KGo,
+		TypeQ4_0: refQ4_0, TypeQ8_0: refQ8_0, TypeQ2_K: quantizeQ2KGo, TypeQ3_K: quantizeQ3KGo,
 		TypeIQ4_NL: quantizeIQ4NLGo, TypeIQ4_XS: quantizeIQ4XSGo,
 	}
 )
@@ -41,7 +41,7 @@ func adversarialBlock(r *rand.Rand, x []float32, sub int) {
 	}
 	for s := 0; s < len(x); s += sub {
 		var g func() float32
-		switch r.IntN(14) {
+		switch r.IntN(15) {
 		case 0:
 			sc := math.Pow(10, float64(r.IntN(20)-12))
 			g = func() float32 { return float32(r.NormFloat64() * sc) }
@@ -96,6 +96,20 @@ func adversarialBlock(r *rand.Rand, x []float32, sub int) {
 		case 12: // values that differ in the last bit
 			b := math.Float32bits(float32(r.NormFloat64()))
 			g = func() float32 { return math.Float32frombits(b + uint32(r.IntN(3))) }
+		case 13: // one or two non-zero values: sums that cancel exactly
+			a, b := r.IntN(sub), r.IntN(sub)
+			va, vb := float32(r.NormFloat64()), float32(r.IntN(3)-1)*float32(r.NormFloat64())
+			i := 0
+			g = func() float32 {
+				i++
+				switch i - 1 {
+				case a:
+					return va
+				case b:
+					return vb
+				}
+				return 0
+			}
 		default: // checkpoint-like
 			g = func() float32 { return float32(r.NormFloat64() * 0.02) }
 		}
