@@ -20,6 +20,10 @@ import (
 // threads × chunks in flight stay a few MB.
 const chunkElems = 1 << 18
 
+// pieceElems is how many values a worker decodes before it encodes them: small enough that the float32 rows
+// are still in the core's cache when the kernel reads them, large enough that a read is not mostly syscall.
+const pieceElems = 1 << 14
+
 // Options say what to quantize and how.
 type Options struct {
 	Source    *Source       // the input; required
@@ -236,11 +240,6 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 					}
 					continue
 				}
-				var err error
-				rows, err = j.src.ReadRows(ctx, j.row0, j.n, rows)
-				if err != nil {
-					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
-				}
 				enc, err := rowEncoder(j.entry.To)
 				if err != nil {
 					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
@@ -254,7 +253,16 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 					buf = *b
 				}
 				buf = grow(buf, int(rb*j.n))
-				enc(buf, rows)
+				// Decode and encode piece by piece: one pass over the rows through memory instead of two.
+				per := max(1, pieceElems/int64(j.entry.Shape[0]))
+				for r := int64(0); r < j.n; r += per {
+					m := min(per, j.n-r)
+					rows, err = j.src.ReadRows(ctx, j.row0+r, m, rows)
+					if err != nil {
+						return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+					}
+					enc(buf[r*rb:(r+m)*rb], rows)
+				}
 				inRows := j.entry.InBytes / max(j.src.Rows(), 1)
 				d := done{seq: j.seq, entry: j.entry, data: buf, last: j.row0+j.n == j.src.Rows(), in: inRows * j.n}
 				if err := send(ctx, results, d); err != nil {
