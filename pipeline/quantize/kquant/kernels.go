@@ -71,7 +71,7 @@ func quantizeQ6K(dst []byte, src []float32, nb int) {
 
 func quantizeQ6KGo(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
-		refQ6K(dst[i*210:], src[i*256:])
+		fastQ6K(dst[i*210:], src[i*256:])
 	}
 }
 

@@ -138,44 +138,8 @@ func q6kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
 		return false
 	}
 	qx16LanesAVX2(st, &q6kTrialNum)
-	y = y[:210]
-	var maxScale, maxAbsScale float32
-	for ib := 0; ib < 16; ib++ {
-		s := st.scale[ib]
-		if as := absf(s); as > maxAbsScale {
-			maxAbsScale = as
-			maxScale = s
-		}
-	}
-	if maxAbsScale < groupMaxEps {
-		for i := range y {
-			y[i] = 0
-		}
-		putFP16(y[208:], 0)
-		return true
-	}
-	iscale := -128 / maxScale
-	putFP16(y[208:], 1/iscale)
-	sc := y[192:208]
-	for ib := 0; ib < 16; ib++ {
-		sc[ib] = uint8(int8(min32(127, nearestInt(float32(iscale*st.scale[ib])))))
-	}
-	dd := getFP16(y[208:])
 	var L [256]int8
-	for j := 0; j < 16; j++ {
-		d := dd * float32(int8(sc[j]))
-		if d == 0 {
-			for ii := 0; ii < 16; ii++ {
-				L[16*j+ii] = int8(st.L[ii][j])
-			}
-			continue
-		}
-		for ii := 0; ii < 16; ii++ {
-			l := nearestInt(x[16*j+ii] / d)
-			L[16*j+ii] = int8(max32(-32, min32(31, l)) + 32)
-		}
-	}
-	packQ6K(y[0:128], y[128:192], &L)
+	finishQ6K(y, x, &st.scale, &L, st)
 	return true
 }
 
