@@ -1,5 +1,7 @@
 package kquant
 
+import "unsafe"
+
 // Fast K-quant block encoders. Each performs the same float32 operations as
 // its reference (ref_kquants.go) and is cross-tested against it bit for bit.
 
@@ -26,7 +28,7 @@ func fastQ45K(hdr []byte, L *[256]uint8, x *[256]float32, nmax int32, rmin float
 			maxMin = mins[j]
 		}
 	}
-	finishQ45K(hdr, L, x[:], int(nmax), &scales, &mins, maxScale, maxMin)
+	finishQ45K(hdr, L, x[:], int(nmax), &scales, &mins, maxScale, maxMin, nil)
 }
 
 func fastQ4K(y []byte, x []float32) {
@@ -55,12 +57,13 @@ func fastQ2K(y []byte, xs []float32) {
 		}
 		scales[j], mins[j] = qkx2Fast16MAD(xb, &weights, (*[16]uint8)(L[16*j:16*j+16]), 3, -0.5, 0.1, 15)
 	}
-	finishQ2K(y, &L, x, &scales, &mins)
+	finishQ2K(y, &L, x, &scales, &mins, false)
 }
 
 // finishQ2K quantizes the sub-block scales and mins to 4 bits, stores d and
-// dmin, re-quantizes every sub-block with the stored values and packs.
-func finishQ2K(y []byte, L *[256]uint8, x *[256]float32, scales, mins *[16]float32) {
+// dmin, re-quantizes every sub-block with the stored values (with vec, by
+// the vector kernel: for blocks whose values are all finite) and packs.
+func finishQ2K(y []byte, L *[256]uint8, x *[256]float32, scales, mins *[16]float32, vec bool) {
 	const q4scale float32 = 15
 	var maxScale, maxMin float32
 	for j := 0; j < 16; j++ {
@@ -100,6 +103,10 @@ func finishQ2K(y []byte, L *[256]uint8, x *[256]float32, scales, mins *[16]float
 			continue
 		}
 		dm := dmin * float32(sc[j]>>4)
+		if vec {
+			requantAVX2(&L[16*j], &x[16*j], 16, d, dm, 0, 3, 0)
+			continue
+		}
 		for ii := 0; ii < 16; ii++ {
 			L[16*j+ii] = uint8(max(0, min(3, nearestInt((x[16*j+ii]+dm)/d))))
 		}
@@ -121,7 +128,9 @@ func fastQ6K(y []byte, xs []float32) {
 // finishQ6K quantizes the 16 sub-block scales to int8, stores d,
 // re-quantizes every sub-block with the stored scale and packs. L holds the
 // searches' levels (+32), kept for sub-blocks whose stored scale is 0; with
-// lanes != nil they are read from the vector kernel's output instead.
+// lanes != nil they are read from the vector kernel's output instead, and
+// the re-quantization runs on the vector kernel too (the values are all
+// finite there).
 func finishQ6K(y []byte, x *[256]float32, scales *[16]float32, L *[256]int8, lanes *qx16Lanes) {
 	y = y[:210]
 	var maxScale, maxAbsScale float32
@@ -154,6 +163,10 @@ func finishQ6K(y []byte, x *[256]float32, scales *[16]float32, L *[256]int8, lan
 					L[16*j+ii] = int8(lanes.L[ii][j])
 				}
 			}
+			continue
+		}
+		if lanes != nil {
+			requantAVX2((*byte)(unsafe.Pointer(&L[16*j])), &x[16*j], 16, d, 0, -32, 31, 32)
 			continue
 		}
 		for ii := 0; ii < 16; ii++ {

@@ -2,7 +2,7 @@ package kquant
 
 import (
 	"encoding/binary"
-	"math"
+	"unsafe"
 )
 
 // Lane layouts shared by the vector kernels (*_amd64.s) and their Go
@@ -58,12 +58,6 @@ var q6kTrialNum = func() (t [18]float32) {
 	return t
 }()
 
-// finiteBits is the test of allFinite: OR of (bits&exp)+1ulp-of-exp over
-// the values has the sign bit set iff some exponent field is all ones.
-func finiteAcc(acc uint32, v float32) uint32 {
-	return acc | (math.Float32bits(v)&0x7F800000 + 0x00800000)
-}
-
 // fillNum sets st.num[is] = rmin + rdelta*is + nmax, is = 0..nstep, as
 // make_qkx2_quants computes the numerator of iscale.
 func (st *qkx2Lanes) fillNum(rmin, rdelta float32, nmax int32, nstep int) {
@@ -78,7 +72,7 @@ func (st *qkx2Lanes) fillNum(rmin, rdelta float32, nmax int32, nstep int) {
 // NaN or Inf (those blocks go to the scalar kernel, whose NaN propagation
 // the vector lanes do not copy).
 func q45kLanes(hdr []byte, L *[256]uint8, x *[256]float32, st *qkx2Lanes, nmax int32, nstep int) bool {
-	if !st.transpose32(x) {
+	if !transpose32AVX2(&st.x, x) {
 		return false
 	}
 	qkx2Lanes32AVX2(st, int(nmax), nstep)
@@ -91,12 +85,7 @@ func q45kLanes(hdr []byte, L *[256]uint8, x *[256]float32, st *qkx2Lanes, nmax i
 			maxMin = st.min[j]
 		}
 	}
-	for i := 0; i < 32; i++ {
-		for j := 0; j < 8; j++ {
-			L[32*j+i] = uint8(st.L[i][j])
-		}
-	}
-	finishQ45K(hdr, L, x[:], int(nmax), &st.scale, &st.min, maxScale, maxMin)
+	finishQ45K(hdr, L, x[:], int(nmax), &st.scale, &st.min, maxScale, maxMin, st)
 	return true
 }
 
@@ -134,7 +123,7 @@ func quantizeQ5KLanes(dst []byte, src []float32, nb int) {
 // vector kernel. It returns false, having written nothing, when a value is
 // NaN or Inf.
 func q6kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
-	if !st.transpose16(x) {
+	if !transpose16AVX2(&st.x, x) {
 		return false
 	}
 	qx16LanesAVX2(st, &q6kTrialNum)
@@ -158,22 +147,12 @@ func quantizeQ6KLanes(dst []byte, src []float32, nb int) {
 // vector kernel, 8 sub-blocks at a time. It returns false, having written
 // nothing, when a value is NaN or Inf.
 func q2kLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
-	var acc uint32
-	for _, v := range x {
-		acc = finiteAcc(acc, v)
-	}
-	if acc&0x80000000 != 0 {
-		return false
-	}
 	y = y[:84]
 	var L [256]uint8
 	var mins, scales [16]float32
 	for h := 0; h < 2; h++ {
-		for j := 0; j < 8; j++ {
-			xb := (*[16]float32)(x[16*(8*h+j) : 16*(8*h+j)+16])
-			for i, v := range xb {
-				st.x[i][j] = v
-			}
+		if !transpose16x8AVX2(&st.x, (*[128]float32)(x[128*h:128*h+128])) {
+			return false
 		}
 		qkx2Lanes16MADAVX2(st, 3, 15)
 		for j := 0; j < 8; j++ {
@@ -183,7 +162,7 @@ func q2kLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
 			}
 		}
 	}
-	finishQ2K(y, &L, x, &scales, &mins)
+	finishQ2K(y, &L, x, &scales, &mins, true)
 	return true
 }
 
@@ -230,25 +209,11 @@ var iq4Tab = func() (t iq4Tables) {
 	return t
 }()
 
-// transpose32 puts 8 blocks of 32 values (x[32*j+i]) into st.x[i][j] and
-// reports whether they are all finite.
-func (st *qkx2Lanes) transpose32(x *[256]float32) bool {
-	var acc uint32
-	for j := 0; j < 8; j++ {
-		xb := (*[32]float32)(x[32*j : 32*j+32])
-		for i, v := range xb {
-			st.x[i][j] = v
-			acc = finiteAcc(acc, v)
-		}
-	}
-	return acc&0x80000000 == 0
-}
-
 // iq4xsLanes is fastIQ4XS with the 8 sub-block searches run at once by the
 // vector kernel and the final table searches vectorized. It returns false,
 // having written nothing, when a value is NaN or Inf.
 func iq4xsLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
-	if !st.transpose32(x) {
+	if !transpose32AVX2(&st.x, x) {
 		return false
 	}
 	iq4Lanes32AVX2(st, &iq4Tab)
@@ -306,7 +271,7 @@ func quantizeIQ4NLLanes(dst []byte, src []float32, nb int) {
 	i := 0
 	for ; i+8 <= nb; i += 8 {
 		x := (*[256]float32)(src[i*32 : i*32+256])
-		if !st.transpose32(x) {
+		if !transpose32AVX2(&st.x, x) {
 			for k := i; k < i+8; k++ {
 				fastIQ4NL(dst[k*18:k*18+18], src[k*32:k*32+32])
 			}
@@ -333,7 +298,7 @@ func quantizeIQ4NLLanes(dst []byte, src []float32, nb int) {
 // vector kernel. It returns false, having written nothing, when a value is
 // NaN or Inf.
 func q3kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
-	if !st.transpose16(x) {
+	if !transpose16AVX2(&st.x, x) {
 		return false
 	}
 	q3LanesAVX2(st)
@@ -383,10 +348,7 @@ func q3kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
 			}
 			continue
 		}
-		for ii := 0; ii < 16; ii++ {
-			l := nearestInt(x[16*j+ii] / d)
-			L[16*j+ii] = int8(max32(-4, min32(3, l)) + 4)
-		}
+		requantAVX2((*byte)(unsafe.Pointer(&L[16*j])), &x[16*j], 16, d, 0, -4, 3, 4)
 	}
 	packQ3(y[0:32], y[32:96], &L)
 	return true
@@ -401,18 +363,4 @@ func quantizeQ3KLanes(dst []byte, src []float32, nb int) {
 			refQ3K(y, x[:])
 		}
 	}
-}
-
-// transpose16 puts 16 sub-blocks of 16 values (x[16*j+i]) into st.x[i][j]
-// and reports whether they are all finite.
-func (st *qx16Lanes) transpose16(x *[256]float32) bool {
-	var acc uint32
-	for j := 0; j < 16; j++ {
-		xb := (*[16]float32)(x[16*j : 16*j+16])
-		for i, v := range xb {
-			st.x[i][j] = v
-			acc = finiteAcc(acc, v)
-		}
-	}
-	return acc&0x80000000 == 0
 }

@@ -253,3 +253,56 @@ done:
 	VZEROUPPER
 	MOVQ AX, ret+24(FP)
 	RET
+
+DATA rqMagic<>+0(SB)/4, $0x4B400000 // 12582912.0f (nearest_int)
+GLOBL rqMagic<>(SB), RODATA|NOPTR, $4
+DATA rqMant<>+0(SB)/4, $0x007FFFFF
+GLOBL rqMant<>(SB), RODATA|NOPTR, $4
+DATA rqOff<>+0(SB)/4, $0x00400000
+GLOBL rqOff<>(SB), RODATA|NOPTR, $4
+
+// func requantAVX2(dst *byte, x *float32, n int, d, dm float32, lo, hi, off int)
+//
+// The final pass of the K-quants: dst[i] = MAX(lo, MIN(hi,
+// nearest_int((x[i] + dm) / d))) + off for n values (a positive multiple
+// of 8). Callers whose C code computes x/d pass dm = +0: x + 0 is x for
+// every x but -0, which becomes +0, and nearest_int gives 0 for both.
+TEXT ·requantAVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS d+24(FP), Y15
+	VBROADCASTSS dm+28(FP), Y14
+	MOVQ lo+32(FP), AX
+	MOVQ AX, X13
+	VPBROADCASTD X13, Y13
+	MOVQ hi+40(FP), AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, Y12
+	MOVQ off+48(FP), AX
+	MOVQ AX, X11
+	VPBROADCASTD X11, Y11
+	VBROADCASTSS rqMagic<>(SB), Y10
+	VBROADCASTSS rqMant<>(SB), Y9
+	VBROADCASTSS rqOff<>(SB), Y8
+
+rqloop:
+	VMOVUPS      (SI), Y0
+	VADDPS       Y14, Y0, Y0
+	VDIVPS       Y15, Y0, Y0
+	VADDPS       Y10, Y0, Y0
+	VPAND        Y9, Y0, Y0
+	VPSUBD       Y8, Y0, Y0
+	VPMINSD      Y12, Y0, Y0
+	VPMAXSD      Y13, Y0, Y0
+	VPADDD       Y11, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPACKUSDW    X1, X0, X0
+	VPACKUSWB    X0, X0, X0
+	MOVQ         X0, (DI)
+	ADDQ         $32, SI
+	ADDQ         $8, DI
+	SUBQ         $8, CX
+	JNZ          rqloop
+	VZEROUPPER
+	RET

@@ -52,3 +52,24 @@ func iq4IndexAVX2(dst *byte, x *float32, id float32, t *iq4Tables)
 //
 //go:noescape
 func q3LanesAVX2(st *qx16Lanes)
+
+// transpose32AVX2, transpose16AVX2 and transpose16x8AVX2 put a super-block
+// into a lane layout (dst[i][j] = value i of block j for blocks of 32, 16
+// and, for half a Q2_K super-block, 16 values) and report whether every
+// value is finite (see transpose_amd64.s).
+//
+//go:noescape
+func transpose32AVX2(dst *[32][8]float32, x *[256]float32) bool
+
+//go:noescape
+func transpose16AVX2(dst *[16][16]float32, x *[256]float32) bool
+
+//go:noescape
+func transpose16x8AVX2(dst *[32][8]float32, x *[128]float32) bool
+
+// requantAVX2 sets dst[i] = max(lo, min(hi, nearest_int((x[i]+dm)/d))) + off
+// for n values, n a positive multiple of 8, the result in [0, 255] (see
+// legacy_amd64.s).
+//
+//go:noescape
+func requantAVX2(dst *byte, x *float32, n int, d, dm float32, lo, hi, off int)

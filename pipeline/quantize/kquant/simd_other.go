@@ -22,3 +22,19 @@ func iq4IndexAVX2(*byte, *float32, float32, *iq4Tables) {
 }
 
 func q3LanesAVX2(*qx16Lanes) { panic("kquant: no vector kernels in this build") }
+
+func transpose32AVX2(*[32][8]float32, *[256]float32) bool {
+	panic("kquant: no vector kernels in this build")
+}
+
+func transpose16AVX2(*[16][16]float32, *[256]float32) bool {
+	panic("kquant: no vector kernels in this build")
+}
+
+func transpose16x8AVX2(*[32][8]float32, *[128]float32) bool {
+	panic("kquant: no vector kernels in this build")
+}
+
+func requantAVX2(*byte, *float32, int, float32, float32, int, int, int) {
+	panic("kquant: no vector kernels in this build")
+}
