@@ -2,6 +2,7 @@ package kquant
 
 import (
 	"encoding/binary"
+	"math"
 	"unsafe"
 )
 
@@ -27,7 +28,7 @@ type qkx2Lanes struct {
 	scale [8]float32     // out: the scale
 	min   [8]float32     // out: the_min (minus the offset, >= 0)
 	dead  [8]uint32      // scratch: all-ones where max == min
-	num   [24]float32    // in: the numerators rmin + rdelta*is + nmax, is = 0..nstep
+	num   [40]float32    // in: the numerators rmin + rdelta*is + nmax, is = 0..nstep
 }
 
 // qx16Lanes is the state of make_qx_quants (n = 16, no weights, rmse_type 1)
@@ -58,13 +59,14 @@ var q6kTrialNum = func() (t [18]float32) {
 	return t
 }()
 
-// fillNum sets st.num[is] = rmin + rdelta*is + nmax, is = 0..nstep, as
-// make_qkx2_quants computes the numerator of iscale.
-func (st *qkx2Lanes) fillNum(rmin, rdelta float32, nmax int32, nstep int) {
+// qkx2Num returns rmin + rdelta*is + nmax for is = 0..nstep, as
+// make_qkx2_quants computes the numerator of iscale (st.num).
+func qkx2Num(rmin, rdelta float32, nmax int32, nstep int) (num [40]float32) {
 	fnmax := float32(nmax)
 	for is := 0; is <= nstep; is++ {
-		st.num[is] = rmin + float32(rdelta*float32(is)) + fnmax
+		num[is] = rmin + float32(rdelta*float32(is)) + fnmax
 	}
+	return num
 }
 
 // q45kLanes is fastQ45K with the 8 sub-block searches run at once by the
@@ -75,7 +77,7 @@ func q45kLanes(hdr []byte, L *[256]uint8, x *[256]float32, st *qkx2Lanes, nmax i
 	if !transpose32AVX2(&st.x, x) {
 		return false
 	}
-	qkx2Lanes32AVX2(st, int(nmax), nstep)
+	qkx2Lanes32AVX2(st, int(nmax), nstep, false)
 	var maxScale, maxMin float32
 	for j := 0; j < 8; j++ {
 		if st.scale[j] > maxScale {
@@ -91,7 +93,7 @@ func q45kLanes(hdr []byte, L *[256]uint8, x *[256]float32, st *qkx2Lanes, nmax i
 
 func quantizeQ4KLanes(dst []byte, src []float32, nb int) {
 	var st qkx2Lanes
-	st.fillNum(-1, 0.1, 15, 20)
+	st.num = qkx2Num(-1, 0.1, 15, 20)
 	for i := 0; i < nb; i++ {
 		y := dst[i*144 : i*144+144]
 		x := (*[256]float32)(src[i*256 : i*256+256])
@@ -106,7 +108,7 @@ func quantizeQ4KLanes(dst []byte, src []float32, nb int) {
 
 func quantizeQ5KLanes(dst []byte, src []float32, nb int) {
 	var st qkx2Lanes
-	st.fillNum(-0.5, 0.1, 31, 15)
+	st.num = qkx2Num(-0.5, 0.1, 31, 15)
 	for i := 0; i < nb; i++ {
 		y := dst[i*176 : i*176+176]
 		x := (*[256]float32)(src[i*256 : i*256+256])
@@ -168,7 +170,7 @@ func q2kLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
 
 func quantizeQ2KLanes(dst []byte, src []float32, nb int) {
 	var st qkx2Lanes
-	st.fillNum(-0.5, 0.1, 3, 15)
+	st.num = qkx2Num(-0.5, 0.1, 3, 15)
 	for i := 0; i < nb; i++ {
 		y := dst[i*84 : i*84+84]
 		x := (*[256]float32)(src[i*256 : i*256+256])
@@ -363,4 +365,69 @@ func quantizeQ3KLanes(dst []byte, src []float32, nb int) {
 			refQ3K(y, x[:])
 		}
 	}
+}
+
+// q45kWeightedLanes is fastQ45KWeighted with the 8 make_qkx3_quants searches
+// run at once by the vector kernel (make_qkx3_quants is make_qkx2_quants
+// with its own parameters, fast_weighted.go). It returns false, having
+// written nothing, when a value is NaN or Inf or a weight is negative, NaN
+// or Inf (the vector error sums stop early, which needs weights >= 0).
+func q45kWeightedLanes(hdr []byte, L *[256]uint8, x *[256]float32, qw []float32, st *qkx2Lanes, nmax int32, clamp63 bool) bool {
+	qw = qw[:256]
+	if !transpose32AVX2(&st.x, x) {
+		return false
+	}
+	sigma2 := 2 * sumSquares(x[:]) / 256
+	var sw [8]float32
+	for j := 0; j < 8; j++ {
+		var sumw float32
+		for i := 0; i < 32; i++ {
+			v := x[32*j+i]
+			w := qw[32*j+i] * sqrtf(sigma2+float32(v*v))
+			if !(w >= 0 && w <= math.MaxFloat32) {
+				return false
+			}
+			st.w[i][j] = w
+			sumw += w
+		}
+		sw[j] = sumw
+	}
+	qkx2Lanes32AVX2(st, int(nmax), 36, true)
+	for i := 0; i < 32; i++ {
+		for j := 0; j < 8; j++ {
+			L[32*j+i] = uint8(st.L[i][j])
+		}
+	}
+	finishQ45KWeighted(hdr, L, x[:], int(nmax), clamp63, &st.scale, &st.min, &sw)
+	return true
+}
+
+// qkx3Num15 and qkx3Num31 are the numerators of make_qkx3_quants' 37 steps
+// (rmin -0.9, rdelta 0.05) for nmax 15 and 31.
+var qkx3Num15, qkx3Num31 = qkx2Num(-0.9, 0.05, 15, 36), qkx2Num(-0.9, 0.05, 31, 36)
+
+func weightedQ4K(y []byte, x, qw []float32) {
+	if useAVX2 {
+		var st qkx2Lanes
+		st.num = qkx3Num15
+		var L [256]uint8
+		if q45kWeightedLanes(y[:144], &L, (*[256]float32)(x[:256]), qw, &st, 15, false) {
+			packQ4K(y[16:144], &L)
+			return
+		}
+	}
+	fastQ4KWeighted(y, x, qw)
+}
+
+func weightedQ5K(y []byte, x, qw []float32) {
+	if useAVX2 {
+		var st qkx2Lanes
+		st.num = qkx3Num31
+		var L [256]uint8
+		if q45kWeightedLanes(y[:176], &L, (*[256]float32)(x[:256]), qw, &st, 31, true) {
+			packQ5K(y[16:48], y[48:176], &L)
+			return
+		}
+	}
+	fastQ5KWeighted(y, x, qw)
 }

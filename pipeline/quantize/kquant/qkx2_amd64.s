@@ -95,14 +95,16 @@ GLOBL qk32<>(SB), RODATA|NOPTR, $4
 	KEEP(o); KEEP(o+32); KEEP(o+64); KEEP(o+96); \
 	KEEP(o+128); KEEP(o+160); KEEP(o+192); KEEP(o+224)
 
-// func qkx2Lanes32AVX2(st *qkx2Lanes, nmax int, nstep int)
+// func qkx2Lanes32AVX2(st *qkx2Lanes, nmax int, nstep int, weighted bool)
 //
-// Fills st.w with the Q4_K/Q5_K weights av_x + |x| (av_x = sqrtf(sum x^2 /
-// 32)), then runs make_qkx2_quants(32, nmax, x, w, L, Laux,
-// rmin, 0.1, nstep, false) for the 8 lanes; st.num[is] must hold
-// rmin + 0.1*is + nmax as the C code computes it. Outputs st.L, st.scale
-// and st.min (the returned -min).
-TEXT ·qkx2Lanes32AVX2(SB), NOSPLIT, $0-24
+// Unless weighted, fills st.w with the Q4_K/Q5_K weights av_x + |x|
+// (av_x = sqrtf(sum x^2 / 32)); then runs make_qkx2_quants(32, nmax, x, w,
+// L, Laux, rmin, rdelta, nstep, false) for the 8 lanes; st.num[is] must
+// hold rmin + rdelta*is + nmax as the C code computes it. Outputs st.L,
+// st.scale and st.min (the returned -min). The error sums stop early once
+// no lane can improve, which needs weights >= 0 (or NaN): callers passing
+// their own weights check that.
+TEXT ·qkx2Lanes32AVX2(SB), NOSPLIT, $0-25
 	MOVQ st+0(FP), DI
 	MOVQ nmax+8(FP), AX
 	MOVQ nstep+16(FP), CX
@@ -116,6 +118,9 @@ TEXT ·qkx2Lanes32AVX2(SB), NOSPLIT, $0-24
 
 	// Weights: sum_x2 over the 32 values, av_x = sqrtf(sum_x2/32),
 	// w = av_x + |x|.
+	MOVBLZX weighted+24(FP), BX
+	TESTQ  BX, BX
+	JNZ    minmax
 	VXORPS Y0, Y0, Y0
 	XORQ   BX, BX
 
@@ -141,6 +146,7 @@ wfill:
 	CMPQ    BX, $1024
 	JLT     wfill
 
+minmax:
 	// min, max, sum_w, sum_x.
 	VMOVUPS QX(DI), Y10
 	VMOVAPS Y10, Y1

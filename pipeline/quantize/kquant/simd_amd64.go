@@ -11,10 +11,10 @@ import "golang.org/x/sys/cpu"
 var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C
 
 // qkx2Lanes32AVX2 runs make_qkx2_quants on the 8 sub-blocks in st (see
-// qkx2_amd64.s).
+// qkx2_amd64.s), with the Q4_K weights or, if weighted, st.w as given.
 //
 //go:noescape
-func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int)
+func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int, weighted bool)
 
 // qkx2Lanes16MADAVX2 is the Q2_K variant (16 values, weights |x|, absolute
 // error) on rows 0-15 of st.

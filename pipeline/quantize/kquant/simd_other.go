@@ -5,7 +5,7 @@ package kquant
 // Without the amd64 vector kernels every format runs its plain Go kernel.
 const useAVX2 = false
 
-func qkx2Lanes32AVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
+func qkx2Lanes32AVX2(*qkx2Lanes, int, int, bool) { panic("kquant: no vector kernels in this build") }
 
 func qkx2Lanes16MADAVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
 

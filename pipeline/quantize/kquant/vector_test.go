@@ -230,3 +230,71 @@ func TestLaneLayouts(t *testing.T) {
 		}
 	}
 }
+
+// adversarialImatrix makes importance vectors for the weighted vector
+// kernels: mostly the kinds real imatrix files have (lognormal, uniform,
+// sparse zeros, ties, twelve orders of magnitude), and sometimes a negative,
+// NaN or Inf value, which sends the block to the plain kernel.
+func adversarialImatrix(r *rand.Rand, n int) []float32 {
+	im := make([]float32, n)
+	kind := r.IntN(7)
+	for i := range im {
+		switch kind {
+		case 0, 1:
+			im[i] = float32(math.Exp(r.NormFloat64() * 2))
+		case 2:
+			im[i] = 1
+		case 3:
+			if r.IntN(3) != 0 {
+				im[i] = float32(r.ExpFloat64())
+			}
+		case 4:
+			im[i] = float32(1 + r.IntN(3))
+		case 5:
+			im[i] = float32(math.Pow(10, float64(r.IntN(25)-12)))
+		default:
+			im[i] = float32(r.ExpFloat64())
+			if r.IntN(64) == 0 {
+				im[i] = []float32{-1, float32(math.NaN()), float32(math.Inf(1)), 0}[r.IntN(4)]
+			}
+		}
+	}
+	return im
+}
+
+// TestVectorWeightedKernels checks the weighted vector kernels (what
+// QuantizeWeighted runs) against the plain Go ones and the references on
+// adversarial blocks and importance vectors.
+func TestVectorWeightedKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 7))
+	iters := 600
+	if testing.Short() {
+		iters = 60
+	}
+	for _, c := range []struct {
+		typ        uint32
+		plain, vec blockKernel
+	}{
+		{TypeQ4_K, fastQ4KWeighted, weightedQ4K},
+		{TypeQ5_K, fastQ5KWeighted, weightedQ5K},
+	} {
+		f, _ := ForType(c.typ)
+		ref := referenceWeightedBlock[c.typ]
+		for it := 0; it < iters; it++ {
+			x := make([]float32, 256)
+			adversarialBlock(r, x, 32)
+			if it%9 == 0 {
+				x[r.IntN(256)] = float32(math.Inf(-1))
+			}
+			im := adversarialImatrix(r, 256)
+			want := make([]byte, f.BlockBytes)
+			ref(want, x, im)
+			got := make([]byte, f.BlockBytes)
+			c.plain(got, x, im)
+			diffBlocks(t, f, "plain weighted", it, x, got, want)
+			clear(got)
+			c.vec(got, x, im)
+			diffBlocks(t, f, "vector weighted", it, x, got, want)
+		}
+	}
+}
