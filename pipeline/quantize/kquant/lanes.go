@@ -36,7 +36,7 @@ type qkx2Lanes struct {
 // 8 lanes (A: sub-blocks 0..7, B: 8..15).
 type qx16Lanes struct {
 	x     [16][16]float32 // in: x[i][j] is value i of sub-block j
-	w     [16][16]float32 // scratch: x*x
+	w     [16][16]float32 // the weights: x*x (filled by the kernel) or the importance weights
 	wx    [16][16]float32 // scratch: (x*x)*x
 	L     [16][16]int32   // out: levels + nmax of the best trial
 	laux  [16][16]int32   // scratch: levels of the current trial
@@ -128,7 +128,7 @@ func q6kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
 	if !transpose16AVX2(&st.x, x) {
 		return false
 	}
-	qx16LanesAVX2(st, &q6kTrialNum)
+	qx16LanesAVX2(st, &q6kTrialNum, false)
 	var L [256]int8
 	finishQ6K(y, x, &st.scale, &L, st)
 	return true
@@ -430,4 +430,29 @@ func weightedQ5K(y []byte, x, qw []float32) {
 		}
 	}
 	fastQ5KWeighted(y, x, qw)
+}
+
+// q6kWeightedLanes is refQ6KWeighted with the 16 make_qx_quants searches
+// run at once by the vector kernel, with the importance weights as given.
+// It returns false, having written nothing, when a value or a weight is
+// NaN or Inf.
+func q6kWeightedLanes(y []byte, x *[256]float32, qw []float32, st *qx16Lanes) bool {
+	qw = qw[:256]
+	if !transpose16AVX2(&st.x, x) || !transpose16AVX2(&st.w, (*[256]float32)(qw)) {
+		return false
+	}
+	qx16LanesAVX2(st, &q6kTrialNum, true)
+	var L [256]int8
+	finishQ6K(y, x, &st.scale, &L, st)
+	return true
+}
+
+func weightedQ6K(y []byte, x, qw []float32) {
+	if useAVX2 {
+		var st qx16Lanes
+		if q6kWeightedLanes(y, (*[256]float32)(x[:256]), qw, &st) {
+			return
+		}
+	}
+	refQ6KWeighted(y, x, qw)
 }

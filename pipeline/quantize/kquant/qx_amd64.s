@@ -129,6 +129,22 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VMULPS    Y1, Y2, Y2; \
 	VADDPS    Y2, Y8, Y8
 
+// INITEW(o): INITE with the weights w given in st.w (the imatrix path).
+#define INITEW(o) \
+	VMOVUPS   XX+o(DI), Y0; \
+	VMULPS    Y0, Y5, Y1; \
+	NEARQ(Y1); \
+	VMOVDQU   Y1, XL+o(DI); \
+	VCVTDQ2PS Y1, Y1; \
+	VMOVUPS   XW+o(DI), Y2; \
+	VMULPS    Y0, Y2, Y3; \
+	VMOVUPS   Y3, XWX+o(DI); \
+	VMULPS    Y1, Y3, Y3; \
+	VADDPS    Y3, Y7, Y7; \
+	VMULPS    Y1, Y2, Y2; \
+	VMULPS    Y1, Y2, Y2; \
+	VADDPS    Y2, Y8, Y8
+
 #define ROWS16(M, s) \
 	M(s); M(s+64); M(s+128); M(s+192); M(s+256); M(s+320); M(s+384); M(s+448); \
 	M(s+512); M(s+576); M(s+640); M(s+704); M(s+768); M(s+832); M(s+896); M(s+960)
@@ -136,7 +152,7 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 // SETUP(s): for set s: max (the value of largest magnitude, first one
 // wins), the dead mask (amax < GROUP_MAX_EPS), w, wx, the initial levels
 // and sums with iscale = -32/max, scale (0 unless sum_l2 != 0) and best.
-#define SETUP(s) \
+#define SETUP(s, INIT) \
 	VXORPS       Y1, Y1, Y1; \
 	VXORPS       Y2, Y2, Y2; \
 	VBROADCASTSS qxAbs<>(SB), Y4; \
@@ -149,7 +165,7 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VDIVPS       Y2, Y5, Y5; \
 	VXORPS       Y7, Y7, Y7; \
 	VXORPS       Y8, Y8, Y8; \
-	ROWS16(INITE, s); \
+	ROWS16(INIT, s); \
 	VXORPS       Y0, Y0, Y0; \
 	VCMPPS       $0x04, Y0, Y8, Y1; \
 	VDIVPS       Y8, Y7, Y2; \
@@ -177,12 +193,13 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VPSUBD    Y11, Y0, Y3; \
 	ROWS16(FINE, s)
 
-// func qx16LanesAVX2(st *qx16Lanes, num *[18]float32)
+// func qx16LanesAVX2(st *qx16Lanes, num *[18]float32, weighted bool)
 //
-// Runs make_qx_quants(16, 32, x, L, 1, NULL) on the 16 sub-blocks in st.x;
-// num holds -(32 + 0.1*is) for is = -9..-1, 1..9 as the C code computes
-// it. Outputs st.L (levels + 32, in [0, 64)) and st.scale.
-TEXT ·qx16LanesAVX2(SB), NOSPLIT, $0-16
+// Runs make_qx_quants(16, 32, x, L, 1, qw) on the 16 sub-blocks in st.x,
+// with qw NULL (weights x*x) or, if weighted, the weights in st.w; num
+// holds -(32 + 0.1*is) for is = -9..-1, 1..9 as the C code computes it.
+// Outputs st.L (levels + 32, in [0, 64)) and st.scale.
+TEXT ·qx16LanesAVX2(SB), NOSPLIT, $0-17
 	MOVQ st+0(FP), DI
 	MOVQ num+8(FP), SI
 
@@ -192,9 +209,18 @@ TEXT ·qx16LanesAVX2(SB), NOSPLIT, $0-16
 	VPBROADCASTD qxHi<>(SB), Y12
 	VPBROADCASTD qxLo<>(SB), Y11
 
-	SETUP(0)
-	SETUP(32)
+	MOVBLZX weighted+16(FP), AX
+	TESTQ   AX, AX
+	JNZ     setupw
+	SETUP(0, INITE)
+	SETUP(32, INITE)
+	JMP     trials
 
+setupw:
+	SETUP(0, INITEW)
+	SETUP(32, INITEW)
+
+trials:
 	XORQ CX, CX
 
 trial:

@@ -277,12 +277,17 @@ func TestVectorWeightedKernels(t *testing.T) {
 	}{
 		{TypeQ4_K, fastQ4KWeighted, weightedQ4K},
 		{TypeQ5_K, fastQ5KWeighted, weightedQ5K},
+		{TypeQ6_K, refQ6KWeighted, weightedQ6K},
 	} {
 		f, _ := ForType(c.typ)
 		ref := referenceWeightedBlock[c.typ]
 		for it := 0; it < iters; it++ {
 			x := make([]float32, 256)
-			adversarialBlock(r, x, 32)
+			sub := 32
+			if c.typ == TypeQ6_K {
+				sub = 16
+			}
+			adversarialBlock(r, x, sub)
 			if it%9 == 0 {
 				x[r.IntN(256)] = float32(math.Inf(-1))
 			}

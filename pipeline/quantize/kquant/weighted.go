@@ -33,7 +33,7 @@ type rowKernel func(y []byte, x, qw []float32)
 var (
 	weightedBlock = map[uint32]blockKernel{
 		TypeQ2_K: fastQ2KWeighted, TypeQ3_K: refQ3KWeighted, TypeQ4_K: weightedQ4K,
-		TypeQ5_K: weightedQ5K, TypeQ6_K: refQ6KWeighted,
+		TypeQ5_K: weightedQ5K, TypeQ6_K: weightedQ6K,
 		TypeIQ4_NL: fastIQ4NLWeighted, TypeIQ4_XS: fastIQ4XSWeighted,
 		TypeIQ2_XXS: fastIQ2XXS, TypeIQ2_XS: fastIQ2XS, TypeIQ2_S: fastIQ2S,
 		TypeIQ3_XXS: fastIQ3XXS, TypeIQ3_S: fastIQ3S,
