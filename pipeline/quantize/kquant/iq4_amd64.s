@@ -84,15 +84,18 @@ GLOBL iqSign<>(SB), RODATA|NOPTR, $4
 	IQ4ELEM(768); IQ4ELEM(800); IQ4ELEM(832); IQ4ELEM(864); \
 	IQ4ELEM(896); IQ4ELEM(928); IQ4ELEM(960); IQ4ELEM(992)
 
-// func iq4Lanes32AVX2(st *qkx2Lanes, t *iq4Tables)
+// func iq4Lanes32AVX2(st *qkx2Lanes, t *iq4Tables, weighted bool)
 //
 // Returns in st.scale the scale iq4Search finds for each of the 8 blocks
-// of 32 values in st.x (0 where the largest |x| is below GROUP_MAX_EPS).
-TEXT ·iq4Lanes32AVX2(SB), NOSPLIT, $0-16
+// of 32 values in st.x (0 where the largest |x| is below GROUP_MAX_EPS),
+// with the weights x*x or, if weighted, those in st.w (iq4SearchWeighted).
+TEXT ·iq4Lanes32AVX2(SB), NOSPLIT, $0-17
 	MOVQ st+0(FP), DI
 	MOVQ t+8(FP), SI
+	MOVBLZX weighted+16(FP), R8
 
-	// weight = x*x; max = the value of largest magnitude (first wins).
+	// weight = x*x unless given; max = the value of largest magnitude
+	// (first wins).
 	VBROADCASTSS iqAbs<>(SB), Y4
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
@@ -100,8 +103,12 @@ TEXT ·iq4Lanes32AVX2(SB), NOSPLIT, $0-16
 
 wmax:
 	VMOVUPS   QX(DI)(BX*1), Y0
+	TESTQ     R8, R8
+	JNZ       wgiven
 	VMULPS    Y0, Y0, Y3
 	VMOVUPS   Y3, QW(DI)(BX*1)
+
+wgiven:
 	VANDPS    Y4, Y0, Y3
 	VCMPPS    $0x1E, Y1, Y3, Y5
 	VBLENDVPS Y5, Y3, Y1, Y1

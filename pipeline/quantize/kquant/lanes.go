@@ -211,14 +211,22 @@ var iq4Tab = func() (t iq4Tables) {
 	return t
 }()
 
-// iq4xsLanes is fastIQ4XS with the 8 sub-block searches run at once by the
-// vector kernel and the final table searches vectorized. It returns false,
-// having written nothing, when a value is NaN or Inf.
-func iq4xsLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
+// iq4xsLanes is fastIQ4XS (qw nil) or fastIQ4XSWeighted with the 8
+// sub-block searches run at once by the vector kernel and the final table
+// searches vectorized. It returns false, having written nothing, when a
+// value or weight is NaN or Inf.
+func iq4xsLanes(y []byte, x *[256]float32, qw []float32, st *qkx2Lanes) bool {
 	if !transpose32AVX2(&st.x, x) {
 		return false
 	}
-	iq4Lanes32AVX2(st, &iq4Tab)
+	if qw != nil {
+		sigma2 := sumSquares(x[:])
+		sigma2 *= 2.0 / 256
+		if !st.sigmaWeights(x, qw, sigma2) {
+			return false
+		}
+	}
+	iq4Lanes32AVX2(st, &iq4Tab, qw != nil)
 	y = y[:136]
 	var maxScale, amaxScale float32
 	for ib := 0; ib < 8; ib++ {
@@ -254,12 +262,30 @@ func iq4xsLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
 	return true
 }
 
+// sigmaWeights fills st.w (transposed) with the weights weightsSigma makes
+// for the 8 blocks of 32 values of x, qw*sqrtf(sigma2 + x*x), and reports
+// whether they are all finite.
+func (st *qkx2Lanes) sigmaWeights(x *[256]float32, qw []float32, sigma2 float32) bool {
+	qw = qw[:256]
+	for j := 0; j < 8; j++ {
+		for i := 0; i < 32; i++ {
+			v := x[32*j+i]
+			w := qw[32*j+i] * sqrtf(sigma2+float32(v*v))
+			if w-w != 0 {
+				return false
+			}
+			st.w[i][j] = w
+		}
+	}
+	return true
+}
+
 func quantizeIQ4XSLanes(dst []byte, src []float32, nb int) {
 	var st qkx2Lanes
 	for i := 0; i < nb; i++ {
 		y := dst[i*136 : i*136+136]
 		x := (*[256]float32)(src[i*256 : i*256+256])
-		if !iq4xsLanes(y, x, &st) {
+		if !iq4xsLanes(y, x, nil, &st) {
 			fastIQ4XS(y, x[:])
 		}
 	}
@@ -279,7 +305,7 @@ func quantizeIQ4NLLanes(dst []byte, src []float32, nb int) {
 			}
 			continue
 		}
-		iq4Lanes32AVX2(&st, &iq4Tab)
+		iq4Lanes32AVX2(&st, &iq4Tab, false)
 		for j := 0; j < 8; j++ {
 			y := dst[(i+j)*18 : (i+j)*18+18]
 			s := st.scale[j]
@@ -455,4 +481,62 @@ func weightedQ6K(y []byte, x, qw []float32) {
 		}
 	}
 	refQ6KWeighted(y, x, qw)
+}
+
+func weightedIQ4XS(y []byte, x, qw []float32) {
+	if useAVX2 {
+		var st qkx2Lanes
+		if iq4xsLanes(y, (*[256]float32)(x[:256]), qw, &st) {
+			return
+		}
+	}
+	fastIQ4XSWeighted(y, x, qw)
+}
+
+// weightedIQ4NLRow is fastIQ4NLWeighted on every block of a row, the
+// searches of 8 blocks at a time on the vector kernel (each block's
+// sigma2 is its own: sum x^2 * 2/32).
+func weightedIQ4NLRow(y []byte, x, qw []float32) {
+	nb := len(x) / 32
+	i := 0
+	if useAVX2 {
+		var st qkx2Lanes
+		for ; i+8 <= nb; i += 8 {
+			xs := (*[256]float32)(x[i*32 : i*32+256])
+			ok := transpose32AVX2(&st.x, xs)
+			for j := 0; j < 8 && ok; j++ {
+				sigma2 := sumSquares(xs[32*j : 32*j+32])
+				sigma2 *= 2.0 / 32
+				for k := 0; k < 32; k++ {
+					v := xs[32*j+k]
+					w := qw[i*32+32*j+k] * sqrtf(sigma2+float32(v*v))
+					if w-w != 0 {
+						ok = false
+						break
+					}
+					st.w[k][j] = w
+				}
+			}
+			if !ok {
+				for k := i; k < i+8; k++ {
+					fastIQ4NLWeighted(y[k*18:k*18+18], x[k*32:k*32+32], qw[k*32:k*32+32])
+				}
+				continue
+			}
+			iq4Lanes32AVX2(&st, &iq4Tab, true)
+			for j := 0; j < 8; j++ {
+				b := y[(i+j)*18 : (i+j)*18+18]
+				s := st.scale[j]
+				putFP16(b, s)
+				var id float32
+				if s != 0 {
+					id = 1 / s
+				}
+				iq4IndexAVX2(&b[2], &xs[32*j], id, &iq4Tab)
+			}
+		}
+	}
+	for ; i < nb; i++ {
+		fastIQ4NLWeighted(y[i*18:i*18+18], x[i*32:i*32+32], qw[i*32:i*32+32])
+	}
 }

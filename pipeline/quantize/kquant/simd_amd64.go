@@ -38,11 +38,11 @@ func q8_0AVX2(dst *byte, src *float32, nb int) int
 func q4_0AVX2(dst *byte, src *float32, nb int) int
 
 // iq4Lanes32AVX2 runs the IQ4 scale search on the 8 blocks of 32 values in
-// st; iq4IndexAVX2 encodes 32 values with scale 1/id as IQ4 nibbles (see
-// iq4_amd64.s).
+// st (weights x*x or, if weighted, st.w); iq4IndexAVX2 encodes 32 values
+// with scale 1/id as IQ4 nibbles (see iq4_amd64.s).
 //
 //go:noescape
-func iq4Lanes32AVX2(st *qkx2Lanes, t *iq4Tables)
+func iq4Lanes32AVX2(st *qkx2Lanes, t *iq4Tables, weighted bool)
 
 //go:noescape
 func iq4IndexAVX2(dst *byte, x *float32, id float32, t *iq4Tables)

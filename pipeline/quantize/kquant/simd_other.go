@@ -15,7 +15,7 @@ func q8_0AVX2(*byte, *float32, int) int { panic("kquant: no vector kernels in th
 
 func q4_0AVX2(*byte, *float32, int) int { panic("kquant: no vector kernels in this build") }
 
-func iq4Lanes32AVX2(*qkx2Lanes, *iq4Tables) { panic("kquant: no vector kernels in this build") }
+func iq4Lanes32AVX2(*qkx2Lanes, *iq4Tables, bool) { panic("kquant: no vector kernels in this build") }
 
 func iq4IndexAVX2(*byte, *float32, float32, *iq4Tables) {
 	panic("kquant: no vector kernels in this build")

@@ -278,28 +278,43 @@ func TestVectorWeightedKernels(t *testing.T) {
 		{TypeQ4_K, fastQ4KWeighted, weightedQ4K},
 		{TypeQ5_K, fastQ5KWeighted, weightedQ5K},
 		{TypeQ6_K, refQ6KWeighted, weightedQ6K},
+		{TypeIQ4_XS, fastIQ4XSWeighted, weightedIQ4XS},
+		{TypeIQ4_NL, blockLoopW(18, 32, fastIQ4NLWeighted), weightedIQ4NLRow},
 	} {
 		f, _ := ForType(c.typ)
 		ref := referenceWeightedBlock[c.typ]
+		n, sub := 256, 32
+		if c.typ == TypeQ6_K {
+			sub = 16
+		}
+		if c.typ == TypeIQ4_NL { // a row of blocks: groups of 8 and a tail
+			n = 32 * 19
+			ref = blockLoopW(18, 32, ref)
+		}
 		for it := 0; it < iters; it++ {
-			x := make([]float32, 256)
-			sub := 32
-			if c.typ == TypeQ6_K {
-				sub = 16
-			}
+			x := make([]float32, n)
 			adversarialBlock(r, x, sub)
 			if it%9 == 0 {
-				x[r.IntN(256)] = float32(math.Inf(-1))
+				x[r.IntN(n)] = float32(math.Inf(-1))
 			}
-			im := adversarialImatrix(r, 256)
-			want := make([]byte, f.BlockBytes)
+			im := adversarialImatrix(r, n)
+			want := make([]byte, f.RowBytes(n))
 			ref(want, x, im)
-			got := make([]byte, f.BlockBytes)
+			got := make([]byte, len(want))
 			c.plain(got, x, im)
 			diffBlocks(t, f, "plain weighted", it, x, got, want)
 			clear(got)
 			c.vec(got, x, im)
 			diffBlocks(t, f, "vector weighted", it, x, got, want)
+		}
+	}
+}
+
+// blockLoopW runs a weighted block kernel over a row of blocks.
+func blockLoopW(bb, bs int, k blockKernel) blockKernel {
+	return func(y []byte, x, qw []float32) {
+		for i := 0; i < len(x)/bs; i++ {
+			k(y[i*bb:(i+1)*bb], x[i*bs:(i+1)*bs], qw[i*bs:(i+1)*bs])
 		}
 	}
 }
