@@ -20,6 +20,9 @@ import (
 // threads × chunks in flight stay a few MB.
 const chunkElems = 1 << 18
 
+// directOptions size the output's direct I/O: 2 MiB writes, 4 buffers, 2 in flight.
+var directOptions = fsx.DirectOptions{Chunk: 2 << 20, Chunks: 4, Writers: 2}
+
 // pieceElems is how many values a worker decodes before it encodes them: small enough that the float32 rows
 // are still in the core's cache when the kernel reads them, large enough that a read is not mostly syscall.
 const pieceElems = 1 << 14
@@ -140,9 +143,21 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		return res, err
 	}
 	defer out.Abort()
+	// The output goes to the disk with direct I/O where the file system allows it: no page cache, whose
+	// copies, reclaim and final fsync cost more CPU than the Q8_0 and Q4_0 kernels (4 × 2 MiB of buffers).
+	var sink io.Writer = out
+	size, sum := out.Size, out.Sum
+	dw := fsx.NewDirectWriter(out, directOptions)
+	if dw != nil {
+		defer dw.Stop() // no background write may outlive the file on an error path
+		sink, size, sum = dw, dw.Size, dw.Sum
+	}
 	start := time.Now()
 	rep.Begin("quantize "+o.FileType.String(), qp.InBytes)
-	err = write(ctx, w, out, qp, byName, threads, rep)
+	err = write(ctx, w, sink, qp, byName, threads, rep)
+	if err == nil && dw != nil {
+		err = dw.Flush()
+	}
 	if err == nil {
 		err = out.Commit()
 	}
@@ -154,7 +169,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	if res.Seconds > 0 {
 		res.InputMBps = float64(qp.InBytes) / 1e6 / res.Seconds
 	}
-	res.Artifacts = []pipeline.Artifact{{Path: o.Out, Kind: "gguf", Size: out.Size(), SHA256: out.Sum()}}
+	res.Artifacts = []pipeline.Artifact{{Path: o.Out, Kind: "gguf", Size: size(), SHA256: sum()}}
 	return res, nil
 }
 
