@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline/checkpoint"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/spf13/cobra"
 )
@@ -42,6 +44,9 @@ type inspectResult struct {
 	TotalBytes   int64           `json:"total_bytes"`
 	Parameters   int64           `json:"parameters"`
 	chatTemplate string          // tokenizer.chat_template, checked for a warning
+	// Problems lists why the GGUF would not load (package modelcheck); inspect then exits 3 after showing it.
+	Problems []string `json:"problems,omitempty"`
+	checkErr error
 }
 
 func newInspectCmd(a *app) *cobra.Command {
@@ -58,7 +63,10 @@ func newInspectCmd(a *app) *cobra.Command {
 			if err := engine.CheckChatTemplate(res.chatTemplate); err != nil {
 				a.io.Warnf("%s: requests will fail: %v", res.Path, err)
 			}
-			return a.io.Result(res, func(w io.Writer) { printInspect(w, res, showTensors || a.io.Verbose) })
+			if err := a.io.Result(res, func(w io.Writer) { printInspect(w, res, showTensors || a.io.Verbose) }); err != nil {
+				return err
+			}
+			return res.checkErr
 		},
 	}
 	cmd.Flags().BoolVar(&showTensors, "tensors", true, "list every tensor")
@@ -89,12 +97,12 @@ func inspectGGUF(path string) (*inspectResult, error) {
 	}
 	res.chatTemplate = f.String("tokenizer.chat_template")
 	for _, kv := range f.KVs {
-		v := kv.Value.V
+		v := jsonSafe(kv.Value.V)
 		if arr, ok := v.(gguf.Array); ok {
 			if arr.Len() > 16 {
 				v = fmt.Sprintf("[%s × %d]", arr.Elem, arr.Len())
 			} else {
-				v = arr.Values
+				v = jsonSafe(arr.Values)
 			}
 		}
 		res.KVs = append(res.KVs, inspectKV{Key: kv.Key, Type: kv.Value.Type.String(), Value: v})
@@ -108,7 +116,55 @@ func inspectGGUF(path string) (*inspectResult, error) {
 		res.DTypes[t.Type.String()]++
 		res.Parameters += int64(t.NumElements())
 	}
+	if err := modelcheck.CheckFile(f, modelcheck.Options{}); err != nil {
+		res.checkErr = err
+		var me *modelcheck.Error
+		if !asErr(err, &me) {
+			return nil, err
+		}
+		for _, p := range me.Problems {
+			res.Problems = append(res.Problems, p.String())
+		}
+	}
 	return res, nil
+}
+
+// jsonSafe replaces NaN and infinite floats (which a hostile file may hold and JSON cannot) by their names.
+func jsonSafe(v any) any {
+	name := func(f float64) (string, bool) {
+		switch {
+		case math.IsNaN(f):
+			return "NaN", true
+		case math.IsInf(f, 1):
+			return "+Inf", true
+		case math.IsInf(f, -1):
+			return "-Inf", true
+		}
+		return "", false
+	}
+	switch x := v.(type) {
+	case float32:
+		if s, ok := name(float64(x)); ok {
+			return s
+		}
+	case float64:
+		if s, ok := name(x); ok {
+			return s
+		}
+	case []float32:
+		out := make([]any, len(x))
+		for i, f := range x {
+			out[i] = jsonSafe(f)
+		}
+		return out
+	case []float64:
+		out := make([]any, len(x))
+		for i, f := range x {
+			out[i] = jsonSafe(f)
+		}
+		return out
+	}
+	return v
 }
 
 func inspectHF(dir string) (*inspectResult, error) {

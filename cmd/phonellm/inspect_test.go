@@ -2,33 +2,19 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/internal/testkit/tinygguf"
 )
 
-// writeTemplateGGUF writes a metadata-only GGUF carrying a chat template.
+// writeTemplateGGUF writes a tiny model carrying a chat template (a whole model: inspect exits 3 for a file
+// that would not load).
 func writeTemplateGGUF(t *testing.T, tmpl string) string {
 	t.Helper()
-	w := gguf.NewWriter()
-	for k, v := range map[string]gguf.Value{"general.architecture": gguf.String("qwen3"), "tokenizer.chat_template": gguf.String(tmpl)} {
-		if err := w.SetKV(k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
 	p := filepath.Join(t.TempDir(), "m.gguf")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := w.WriteHeader(f); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Finish(); err != nil {
+	if err := tinygguf.Write(p, tinygguf.Spec{Arch: "qwen3", Template: tmpl}); err != nil {
 		t.Fatal(err)
 	}
 	return p

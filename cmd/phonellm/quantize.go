@@ -169,7 +169,7 @@ func runQuantize(a *app, fl quantizeFlags, ft gguf.FileType, ov plan.Overrides) 
 			return err
 		}
 		inputs = []workspace.Input{gi}
-		name = ggufName(inGGUF)
+		name = ggufName(a, inGGUF)
 	} else {
 		in, err = resolveModelInput(a, fl.model, fl.loras)
 		if err != nil {
@@ -266,12 +266,19 @@ func workspaceGGUF(ws *workspace.Workspace) (string, string) {
 	return art.Path, "the workspace's convert output"
 }
 
-// ggufName is a GGUF's general.name, else its file name without .gguf: the stem of the default output name.
-func ggufName(path string) string {
+// ggufName is a GGUF's general.name when it is a plain file name, else the file's name without .gguf: the stem
+// of the default output name.
+func ggufName(a *app, path string) string {
 	if f, err := gguf.OpenFile(path); err == nil {
 		defer f.Close()
-		if n := f.String("general.name"); n != "" {
+		// general.name comes from whoever made the file: it names the output only when it is a plain name
+		// ("../../x" would put the output elsewhere).
+		n := f.String("general.name")
+		if quantize.OutputName(n) {
 			return n
+		}
+		if n != "" {
+			a.io.Warnf("general.name %q cannot name a file; the output is named after the input", n)
 		}
 	}
 	return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))

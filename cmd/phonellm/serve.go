@@ -12,6 +12,7 @@ import (
 
 	"github.com/phonellm/phonellm/internal/home"
 	"github.com/phonellm/phonellm/internal/httpx"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/runtime/api"
 	"github.com/phonellm/phonellm/runtime/autotune"
 	"github.com/phonellm/phonellm/runtime/engine"
@@ -59,6 +60,10 @@ func (f *engineFlags) load(ctx context.Context, path string) (engine.Engine, err
 	case "llama-server":
 		if f.llamaServer == "" {
 			return nil, usageError("--engine llama-server needs --llama-server PATH")
+		}
+		// The built-in engine checks its files at load (goengine.Load); llama-server gets the same checks.
+		if err := modelcheck.CheckPath(path, modelcheck.Options{}); err != nil {
+			return nil, err
 		}
 		return llamaserver.Start(ctx, llamaserver.Options{Binary: f.llamaServer, Model: path, Alias: f.alias, Threads: threads,
 			Parallel: f.parallel, ContextLength: f.ctx, BatchSize: f.batch, Log: os.Stderr})

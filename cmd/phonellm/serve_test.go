@@ -252,7 +252,9 @@ func TestServeVerboseShowsEngineLogs(t *testing.T) {
 // slot is freed every time.
 func TestServeNaNModel(t *testing.T) {
 	model := tinyGGUF(t)
-	poisonTensor(t, model, "output_norm.weight")
+	// A NaN norm is refused at load (package modelcheck reads the small tensors); NaN in a weight matrix is
+	// not read at load and shows in the logits.
+	poisonTensor(t, model, "blk.1.ffn_down.weight")
 	r := start(t, "serve", model, "--port", "0", "--ctx", "256")
 	base := r.url(t)
 	for _, body := range []string{
@@ -286,7 +288,7 @@ func TestServeNaNModel(t *testing.T) {
 	}
 }
 
-// poisonTensor overwrites an F32 tensor of a GGUF with NaN.
+// poisonTensor overwrites an F32 or F16 tensor of a GGUF with NaN.
 func poisonTensor(t *testing.T, path, name string) {
 	t.Helper()
 	g, err := gguf.OpenFile(path)
@@ -296,12 +298,18 @@ func poisonTensor(t *testing.T, path, name string) {
 	ti, ok := g.Tensor(name)
 	off := g.DataOffset + int64(ti.Offset)
 	g.Close()
-	if !ok || ti.Type != gguf.TypeF32 {
-		t.Fatalf("%s: tensor %s missing or not F32", path, name)
+	if !ok || (ti.Type != gguf.TypeF32 && ti.Type != gguf.TypeF16) {
+		t.Fatalf("%s: tensor %s missing or not F32/F16", path, name)
 	}
-	nan := make([]byte, 4*ti.NumElements())
-	for i := 0; i < len(nan); i += 4 {
+	nan := make([]byte, ti.Size())
+	for i := 0; i < len(nan); {
+		if ti.Type == gguf.TypeF16 {
+			binary.LittleEndian.PutUint16(nan[i:], 0x7e00) // an F16 NaN
+			i += 2
+			continue
+		}
 		binary.LittleEndian.PutUint32(nan[i:], math.Float32bits(float32(math.NaN())))
+		i += 4
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {

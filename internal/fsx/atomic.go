@@ -26,13 +26,10 @@ type File struct {
 }
 
 // Create starts an atomic write of path. The temporary file lives in the same folder (so rename is atomic) and
-// is named ".<base>.tmp-*".
+// is named ".<base>.tmp-<pid>-*"; temporaries of path that killed runs left behind are removed first (see
+// [RemoveStale]).
 func Create(path string) (*File, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := createTemp(path)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
@@ -186,7 +183,7 @@ func HashFileContext(ctx context.Context, path string) (int64, string, error) {
 }
 
 func hashFile(ctx context.Context, path string) (int64, string, error) {
-	fh, err := os.Open(path)
+	fh, err := Open(path) // a FIFO or a device would never end
 	if err != nil {
 		return 0, "", err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
@@ -22,6 +23,9 @@ type Checkpoint struct {
 }
 
 var _ pipeline.TensorSource = (*Checkpoint)(nil)
+
+// maxConfigBytes caps config.json (real ones are a few KB).
+const maxConfigBytes = 16 << 20
 
 // Open opens dir: config.json must parse, and the safetensors headers are read and checked (no tensor data).
 // A path that is not a checkpoint folder (a file, a folder without config.json, a config.json that is not a
@@ -37,12 +41,12 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, pipeline.InputError(fmt.Errorf("%s is a file, not a Hugging Face checkpoint folder (config.json + safetensors)", dir))
 	}
 	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
+	raw, err := fsx.ReadFile(cfgPath, maxConfigBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, pipeline.InputError(fmt.Errorf("%s has no config.json: not a Hugging Face checkpoint folder", dir))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a Hugging Face checkpoint: %w", dir, err)
+		return nil, pipeline.InputError(fmt.Errorf("%s is not a Hugging Face checkpoint: %w", dir, err))
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {

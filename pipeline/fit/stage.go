@@ -8,6 +8,7 @@ import (
 
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 )
 
 // Row is one profile of the --all table.
@@ -86,6 +87,11 @@ func loadShape(o Options) (Shape, error) {
 			return Shape{}, fmt.Errorf("fit: %w", err)
 		}
 		defer f.Close()
+		// A file the engines cannot load does not "fit": refuse it (an input error) before estimating, with the
+		// same checks serve runs (for the built-in engine also its own limits, such as no MTP block).
+		if err := modelcheck.CheckFile(f, modelcheck.Options{Serve: o.Engine == GoEngine, KVCacheType: o.KVType}); err != nil {
+			return Shape{}, fmt.Errorf("fit: %w", err)
+		}
 		return ShapeOf(f), nil
 	}
 	data, err := os.ReadFile(o.Config)

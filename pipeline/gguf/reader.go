@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
+	"unicode/utf8"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Magic is the 4-byte signature at the start of every GGUF file.
@@ -75,9 +77,10 @@ type File struct {
 	tIdx   map[string]int
 }
 
-// OpenFile opens and parses the GGUF file at path. Close releases it.
+// OpenFile opens and parses the GGUF file at path. Close releases it. Anything but a regular file (a FIFO, a
+// device, a folder) is refused with an *fsx.NotRegularError before a byte is read.
 func OpenFile(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -363,6 +366,9 @@ func (d *decoder) tensorInfo() (TensorInfo, error) {
 	if len(t.Name) > MaxNameLen {
 		return t, &FormatError{File: d.name, Offset: start, Msg: fmt.Sprintf("tensor name %q is %d bytes long, the limit is %d", t.Name, len(t.Name), MaxNameLen)}
 	}
+	if err := CheckTensorName(t.Name); err != nil {
+		return t, &FormatError{File: d.name, Offset: start, Msg: err.Error()}
+	}
 	nd, err := d.u32()
 	if err != nil {
 		return t, err
@@ -576,3 +582,22 @@ func decodeScalars(t ValueType, raw []byte, n int) (any, error) {
 }
 
 func pad(x, n uint64) uint64 { return (x + n - 1) &^ (n - 1) }
+
+// CheckTensorName reports a tensor name a GGUF must not carry: empty, longer than [MaxNameLen] bytes, not valid
+// UTF-8, or holding a NUL or another control character (ggml keeps names as C strings; tools print them).
+func CheckTensorName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty tensor name")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("tensor name %q is %d bytes long, the limit is %d", name, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("tensor name %q is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("tensor name %q holds control character %U", name, r)
+		}
+	}
+	return nil
+}

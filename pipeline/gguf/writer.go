@@ -85,11 +85,10 @@ func (w *Writer) AddTensor(name string, typ Type, shape []uint64) error {
 	if w.out != nil {
 		return errors.New("gguf: AddTensor after WriteHeader")
 	}
+	if err := CheckTensorName(name); err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
 	switch {
-	case name == "":
-		return errors.New("gguf: empty tensor name")
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("gguf: tensor name %q is longer than %d bytes", name, MaxNameLen)
 	case len(shape) == 0 || len(shape) > MaxDims:
 		return fmt.Errorf("gguf: tensor %q has %d dimensions (want 1..%d)", name, len(shape), MaxDims)
 	case !typ.Known():

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline/safetensors"
 )
 
@@ -89,7 +90,7 @@ func (a Adapter) Close() error {
 }
 
 func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, err
 	}

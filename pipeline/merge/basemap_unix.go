@@ -7,12 +7,13 @@ import (
 	"math"
 	"os"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"golang.org/x/sys/unix"
 )
 
 // mmapFile maps a whole file read-only.
 func mmapFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, err
 	}

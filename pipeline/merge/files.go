@@ -99,7 +99,7 @@ func writeAux(base, dir string, cfg map[string]any, report *Report, ads []Adapte
 }
 
 func copyFile(src, dst, kind string) (pipeline.Artifact, error) {
-	in, err := os.Open(src)
+	in, err := fsx.Open(src)
 	if err != nil {
 		return pipeline.Artifact{}, fmt.Errorf("merge: %w", err)
 	}

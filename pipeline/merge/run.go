@@ -166,7 +166,9 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return res, fmt.Errorf("merge: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+name+".tmp-")
+	// The folder is built next to the output (.<name>.tmp-<pid>-*; temporaries of killed runs are removed
+	// first) and swapped in whole at the end.
+	tmp, release, err := fsx.MkdirTemp(filepath.Join(parent, name))
 	if err != nil {
 		return res, fmt.Errorf("merge: %w", err)
 	}
@@ -175,6 +177,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		if !committed {
 			os.RemoveAll(tmp)
 		}
+		release()
 	}()
 
 	threads := o.Threads
@@ -274,7 +277,7 @@ func checkBasePath(base string) error {
 		}
 		return nil
 	}
-	f, err := os.Open(base)
+	f, err := fsx.Open(base)
 	if err == nil {
 		var magic [4]byte
 		_, rerr := io.ReadFull(f, magic[:])
@@ -311,25 +314,16 @@ func checkOut(out string) (replace bool, err error) {
 	return false, fmt.Errorf("merge: output folder %s exists and is not an earlier phonellm merge (no %s); choose another folder or remove it", out, ProvenanceName)
 }
 
-// install renames the finished temporary folder to out, moving an earlier out aside first.
+// install puts the finished temporary folder at out. An earlier output is replaced without a moment in which
+// nothing is at out (fsx.ReplaceDir: an atomic exchange where the system has one).
 func install(tmp, out string, replace bool) error {
-	parent := filepath.Dir(filepath.Clean(out))
-	if replace {
-		old, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".old-")
-		if err != nil {
-			return fmt.Errorf("merge: %w", err)
+	if !replace {
+		if _, err := os.Lstat(out); err == nil {
+			return fmt.Errorf("merge: install %s: it appeared while merging", out)
 		}
-		os.Remove(old)
-		if err := os.Rename(out, old); err != nil {
-			return fmt.Errorf("merge: move the earlier %s aside: %w", out, err)
-		}
-		if err := os.Rename(tmp, out); err != nil {
-			os.Rename(old, out)
-			return fmt.Errorf("merge: install %s: %w", out, err)
-		}
-		os.RemoveAll(old)
-	} else if err := os.Rename(tmp, out); err != nil {
+	}
+	if err := fsx.ReplaceDir(tmp, out); err != nil {
 		return fmt.Errorf("merge: install %s: %w", out, err)
 	}
-	return fsx.SyncDir(parent)
+	return nil
 }

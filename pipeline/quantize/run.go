@@ -12,6 +12,7 @@ import (
 	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/pipeline"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 	"golang.org/x/sync/errgroup"
 )
@@ -91,6 +92,27 @@ func MakeSourcePlan(src *Source, ftype gguf.FileType, ov plan.Overrides) (plan.P
 	return plan.Make(src.Arch, info, descs, ftype, ov)
 }
 
+// checkInput validates the input model (package modelcheck) before anything is planned: a GGUF that is not a
+// loadable model is refused as bad input, naming the key or tensor, rather than failing somewhere in the plan.
+func checkInput(src *Source) error {
+	m := modelcheck.Model{Name: src.Name, KVs: src.KVs, Tensors: make([]gguf.TensorInfo, len(src.Tensors))}
+	for i, t := range src.Tensors {
+		m.Tensors[i] = gguf.TensorInfo{Name: t.Name, Type: t.Type, Shape: t.Shape}
+	}
+	return modelcheck.Check(m, modelcheck.Options{})
+}
+
+// checkPlanned validates the file about to be written (package modelcheck): an input that is not a model the
+// engines load (a GGUF with inconsistent hyper-parameters, a --tensor-type override to a type ggml cannot
+// multiply) must not become a quantized file that ship then sends to phones.
+func checkPlanned(src *Source, qp plan.Plan) error {
+	m := modelcheck.Model{Name: src.Name, KVs: src.KVs, Tensors: make([]gguf.TensorInfo, len(qp.Entries))}
+	for i, e := range qp.Entries {
+		m.Tensors[i] = gguf.TensorInfo{Name: e.Name, Type: e.To, Shape: e.Shape}
+	}
+	return modelcheck.Check(m, modelcheck.Options{})
+}
+
 // Run quantizes the source into Out: the plan decides each tensor's type, tensors are quantized in row blocks
 // on a bounded pool of workers and streamed, in plan order, through the two-phase GGUF writer into an atomic
 // output file. Peak memory is a few chunks per thread, independent of the model size.
@@ -102,8 +124,14 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		return Result{}, err
 	}
 	src := o.Source
+	if err := checkInput(src); err != nil {
+		return Result{}, err
+	}
 	qp, err := MakeSourcePlan(src, o.FileType, o.Overrides)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkPlanned(src, qp); err != nil {
 		return Result{}, err
 	}
 	threads := o.Threads
@@ -276,6 +304,9 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 					if err != nil {
 						return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
 					}
+					if err := checkFinite(j.entry.Name, (j.row0+r)*int64(j.entry.Shape[0]), rows); err != nil {
+						return err
+					}
 					enc(buf[r*rb:(r+m)*rb], rows)
 				}
 				inRows := j.entry.InBytes / max(j.src.Rows(), 1)
@@ -335,6 +366,7 @@ func emit(w *gguf.Writer, d done, byName map[string]*SourceTensor, pool *sync.Po
 		if err != nil {
 			return err
 		}
+		r = checkedRaw(r, d.entry.Name, d.entry.From)
 		if err := w.WriteTensorFrom(d.entry.Name, r); err != nil {
 			return err
 		}

@@ -26,7 +26,21 @@ func writeF16Model(t testing.TB, path string, layers int, embd, ff, vocab uint64
 	w.SetKV("qwen3.block_count", gguf.Uint32(uint32(layers)))
 	w.SetKV("qwen3.attention.head_count", gguf.Uint32(4))
 	w.SetKV("qwen3.attention.head_count_kv", gguf.Uint32(2))
+	w.SetKV("qwen3.context_length", gguf.Uint32(4096))
+	w.SetKV("qwen3.embedding_length", gguf.Uint32(uint32(embd)))
+	w.SetKV("qwen3.feed_forward_length", gguf.Uint32(uint32(ff)))
+	w.SetKV("qwen3.rope.freq_base", gguf.Float32(1e6))
+	w.SetKV("qwen3.attention.layer_norm_rms_epsilon", gguf.Float32(1e-6))
 	w.SetKV("general.file_type", gguf.Uint32(1))
+	// A complete model (package modelcheck validates what quantize reads and writes): a vocabulary too.
+	tokens, types := make([]string, vocab), make([]int32, vocab)
+	for i := range tokens {
+		tokens[i], types[i] = fmt.Sprintf("t%d", i), 1
+	}
+	w.SetKV("tokenizer.ggml.model", gguf.String("gpt2"))
+	w.SetKV("tokenizer.ggml.tokens", gguf.Strings(tokens))
+	w.SetKV("tokenizer.ggml.token_type", gguf.Int32s(types))
+	w.SetKV("tokenizer.ggml.merges", gguf.Strings([]string{}))
 	type tdef struct {
 		name  string
 		typ   gguf.Type
@@ -46,6 +60,8 @@ func writeF16Model(t testing.TB, path string, layers int, embd, ff, vocab uint64
 			tdef{p + "ffn_up.weight", gguf.TypeF16, []uint64{embd, ff}},
 			tdef{p + "ffn_down.weight", gguf.TypeF16, []uint64{ff, embd}},
 			tdef{p + "ffn_norm.weight", gguf.TypeF32, []uint64{embd}},
+			tdef{p + "attn_q_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
+			tdef{p + "attn_k_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
 		)
 	}
 	for _, d := range defs {

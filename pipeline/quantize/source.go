@@ -8,6 +8,7 @@ import (
 
 	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/pipeline/quantize/kquant"
 	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
@@ -55,6 +56,12 @@ func OpenGGUF(path string) (*Source, error) {
 	if src.Arch == "" {
 		f.Close()
 		return nil, &gguf.FormatError{File: path, Offset: -1, Msg: "general.architecture is missing"}
+	}
+	// The input must be a model the engines load (metadata, shapes, vocabulary, finite norms): a hostile file
+	// is refused here, naming the key or tensor, rather than becoming a quantized file ship sends to phones.
+	if err := modelcheck.CheckFile(f, modelcheck.Options{}); err != nil {
+		f.Close()
+		return nil, err
 	}
 	for _, ti := range f.Tensors {
 		ti := ti

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Names of the files a Hugging Face model directory keeps its weights in.
@@ -87,7 +89,7 @@ type indexFile struct {
 
 // readIndex parses an index file and returns weight_map.
 func readIndex(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -131,6 +133,9 @@ func openShards(dir, idxPath string, weightMap map[string]string) (*Checkpoint, 
 	c := &Checkpoint{dir: dir, byName: map[string]int{}}
 	for _, n := range names {
 		f, err := Open(filepath.Join(dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			err = formatErr(idxPath, "", "weight_map names shard %s, which does not exist", n)
+		}
 		if err != nil {
 			c.Close()
 			return nil, err

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sync"
 	"syscall"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/internal/half"
 )
 
@@ -24,7 +24,7 @@ type File struct {
 
 // Open opens and validates a safetensors file, reading it with pread.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -46,7 +46,7 @@ func Open(path string) (*File, error) {
 // copy from the mapping instead of issuing a system call each. The file must
 // not shrink while it is open (a read past its new end would fault).
 func OpenMmap(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}

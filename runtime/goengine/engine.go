@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"math"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 
-	"github.com/ollama/ollama/fs/ggml"
 	"github.com/ollama/ollama/kvcache"
 	"github.com/ollama/ollama/ml"
 	"github.com/ollama/ollama/model"
@@ -27,12 +26,14 @@ import (
 
 	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/goengine/internal/repack"
 )
 
-// Architectures lists the general.architecture values this engine runs.
-var Architectures = []string{"qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"}
+// Architectures lists the general.architecture values this engine runs: those package modelcheck validates
+// (Ollama's engine also registers qwen3next, whose legacy fused layouts phonellm neither writes nor checks).
+var Architectures = modelcheck.Architectures
 
 // Options configure Load. The zero value (plus Path) is usable.
 type Options struct {
@@ -117,12 +118,19 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	kv, err := precheck(o.Path)
+	// The metadata is read once for the checks and the tokenizer, before any weights are loaded.
+	f, err := gguf.OpenFile(o.Path)
 	if err != nil {
+		return nil, fmt.Errorf("goengine: %w", err)
+	}
+	arch, train, err := precheck(f, o.KVCacheType)
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
 	// The vocabulary is checked before any weights are loaded: a hostile one is refused by name.
-	tk, err := loadTokenizer(o.Path)
+	tk, err := loadTokenizer(f)
+	f.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +140,6 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	if o.Parallel == 0 {
 		o.Parallel = 1
 	}
-	train := int(kv.ContextLength())
 	if o.ContextLength == 0 {
 		o.ContextLength = 4096
 		if train > 0 && train < o.ContextLength {
@@ -182,7 +189,7 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	e.cache = m.Config().Cache
 	if e.cache == nil {
 		m.Backend().Close()
-		return nil, &engine.UnsupportedError{Path: o.Path, Reason: "architecture " + kv.Architecture() + " has no KV cache"}
+		return nil, &engine.UnsupportedError{Path: o.Path, Reason: "architecture " + arch + " has no KV cache"}
 	}
 	_, e.recurrent = e.cache.(kvcache.CheckpointCache)
 	e.cache.Init(m.Backend(), kvDType(o.KVCacheType), o.Parallel, o.ContextLength, o.BatchSize)
@@ -221,7 +228,7 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		return nil, fmt.Errorf("goengine: %s: %w", o.Path, err)
 	}
 	e.info = engine.ModelInfo{
-		ID: o.ID, Path: o.Path, Architecture: kv.Architecture(), Engine: "goengine",
+		ID: o.ID, Path: o.Path, Architecture: arch, Engine: "goengine",
 		ContextLength: o.ContextLength, TrainContextLength: train, Parallel: o.Parallel,
 		Threads: o.Threads, BatchSize: o.BatchSize, VocabSize: len(e.vocab.Values),
 		HasChatTemplate: src != "", RepackedTensors: e.repacked.Tensors,
@@ -237,51 +244,31 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 	return e, nil
 }
 
-// precheck reads the metadata and rejects files this engine cannot run with
-// a clear reason.
-func precheck(path string) (ggml.KV, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("goengine: %w", err)
+// precheck validates the file before any of it reaches ggml: package modelcheck's checks (hyper-parameters
+// consistent with the tensor shapes, supported types, vocabulary within the embedding, finite norms) plus what
+// this engine cannot run (an MTP block; a quantized KV cache with heads that are not whole blocks). Ollama's
+// loader and ggml assert (abort the process) or panic on files that fail them. It returns the architecture
+// and the training context.
+func precheck(f *gguf.File, kvType string) (arch string, trainCtx int, err error) {
+	// SkipTokenizer: loadTokenizer builds (and so checks) the vocabulary right after.
+	if err := modelcheck.CheckFile(f, modelcheck.Options{Serve: true, KVCacheType: kvType, SkipTokenizer: true}); err != nil {
+		return "", 0, err
 	}
-	defer f.Close()
-	g, err := ggml.Decode(f, 64)
-	if err != nil {
-		return nil, fmt.Errorf("goengine: %s: not a readable GGUF: %w", path, err)
-	}
-	kv := g.KV()
-	arch := kv.Architecture()
-	known := false
-	for _, a := range Architectures {
-		known = known || a == arch
-	}
-	if !known {
-		return nil, &engine.UnsupportedError{Path: path, Reason: fmt.Sprintf("architecture %q", arch),
-			Hint: "supported: " + strings.Join(Architectures, ", ")}
-	}
-	if n := kv.Uint("nextn_predict_layers"); n > 0 {
-		return nil, &engine.UnsupportedError{Path: path,
-			Reason: fmt.Sprintf("file carries a multi-token-prediction block (%s.nextn_predict_layers=%d) that Ollama's engine cannot load", arch, n),
-			Hint:   "re-convert without the MTP block (phonellm convert, or llama.cpp's converter with --no-mtp)"}
-	}
-	// ggml_ssm_conv asserts (aborting the process) on a non-F32 kernel.
-	for _, ti := range g.Tensors().Items() {
-		if strings.HasSuffix(ti.Name, "ssm_conv1d.weight") && ti.Kind != 0 {
-			return nil, &engine.UnsupportedError{Path: path,
-				Reason: fmt.Sprintf("tensor %s is %s; the engine needs F32 (as llama.cpp's converter writes it)", ti.Name, ti.Type()),
-				Hint:   "re-convert the model"}
+	// A chat template that does not compile is the file's fault too (exit 3, not a failure of the engine).
+	if src := f.String("tokenizer.chat_template"); src != "" {
+		if _, err := engine.NewChatTemplate(src, "", ""); err != nil {
+			return "", 0, &modelcheck.Error{File: f.Name, Problems: []modelcheck.Problem{{Key: "tokenizer.chat_template", Msg: err.Error()}}}
 		}
 	}
-	return kv, nil
+	arch = f.Architecture()
+	if n, ok := f.Uint(arch + ".context_length"); ok && n <= math.MaxInt32 {
+		trainCtx = int(n)
+	}
+	return arch, trainCtx, nil
 }
 
 // loadTokenizer builds the tokenizer from the file's tokenizer.ggml.* keys.
-func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
-	f, err := gguf.OpenFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("goengine: %w", err)
-	}
-	defer f.Close()
+func loadTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	tk, err := tokenizer.FromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("goengine: %w", err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/phonellm/phonellm/pipeline/modelcheck"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/enginetest"
 )
@@ -60,9 +61,9 @@ func TestLoadRejects(t *testing.T) {
 	} {
 		path := writeTinyGGUF(t, dir, tc.spec)
 		_, err := Load(context.Background(), Options{Path: path, Threads: 1})
-		var ue *engine.UnsupportedError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
-			t.Fatalf("%+v: err %v, want UnsupportedError about %q", tc.spec, err, tc.want)
+		var me *modelcheck.Error
+		if !errors.As(err, &me) || !me.InputError() || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%+v: err %v, want a modelcheck error about %q", tc.spec, err, tc.want)
 		}
 	}
 	if _, err := Load(context.Background(), Options{Path: filepath.Join(dir, "missing.gguf")}); err == nil {

@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // Size caps for the JSON files of a checkpoint. The largest real tokenizer.json files (250k-token vocabularies
@@ -22,7 +24,7 @@ const (
 // readJSON decodes the JSON file at path into v, numbers as json.Number. A missing file returns an error
 // satisfying errors.Is(err, fs.ErrNotExist).
 func readJSON(path string, limit int64, v any) error {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,9 @@ func Load(dir string, o Options) (*Model, error) {
 		}
 	}
 	m, err := b.build(src, fileOf, o)
+	if err == nil && !o.partial {
+		err = m.check(h)
+	}
 	if err != nil {
 		if ckpt != nil {
 			ckpt.Close()

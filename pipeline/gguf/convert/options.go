@@ -73,6 +73,9 @@ type Options struct {
 	// Source, when set, replaces the checkpoint's safetensors as the source of tensor data (the LoRA fused
 	// path passes a merging source). Names and shapes must be those of the checkpoint.
 	Source pipeline.TensorSource `json:"-"`
+	// partial plans a deliberately incomplete model without validating it (package tests of single transforms
+	// use checkpoints of a few tensors); every real conversion is validated.
+	partial bool
 	// Name is general.name; empty means the base name of Model.
 	Name string `json:"name,omitempty"`
 	// BlockElems is the number of values converted per row block; 0 means DefaultBlockElems. The output does

@@ -175,7 +175,7 @@ func TestRunAtomic(t *testing.T) {
 	src.fail = "model.norm.weight" // the last tensor
 	outDir := t.TempDir()
 	out := filepath.Join(outDir, "x.gguf")
-	_, err := Run(t.Context(), Options{Model: dir, Out: out, Source: src}, pipeline.Discard)
+	_, err := Run(t.Context(), Options{Model: dir, Out: out, Source: src, partial: true}, pipeline.Discard)
 	if err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("err = %v", err)
 	}
@@ -184,7 +184,7 @@ func TestRunAtomic(t *testing.T) {
 	}
 	// And a good run writes it, named by default after the model in the output folder.
 	src.fail = ""
-	res, err := Run(t.Context(), Options{Model: dir, Out: outDir, Source: src, OutType: OutF32}, pipeline.Discard)
+	res, err := Run(t.Context(), Options{Model: dir, Out: outDir, Source: src, OutType: OutF32, partial: true}, pipeline.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestPoolingType(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeJSON(t, filepath.Join(dir, "1_Pooling"), "config.json", map[string]any{"pooling_mode_lasttoken": true})
-	m, err := Load(dir, Options{Source: qwen2Fake("BF16")})
+	m, err := Load(dir, Options{Source: qwen2Fake("BF16"), partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

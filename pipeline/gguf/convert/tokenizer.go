@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/phonellm/phonellm/internal/fsx"
 	"github.com/phonellm/phonellm/internal/tokenizer"
 	"github.com/phonellm/phonellm/internal/tokenizer/bytelevel"
 	"github.com/phonellm/phonellm/pipeline/gguf"
@@ -166,7 +167,7 @@ var byteLevelSpace = string(bytelevel.Rune[' '])
 // mergesTxt reads merges.txt (SpecialVocab._try_load_merges_txt): an optional "#" header line, then
 // "a b" per line; malformed lines are skipped.
 func mergesTxt(path string) ([]string, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +284,7 @@ func loadTokenizer(dir string, h *hparams, embedRows int64) (*vocab, error) {
 	if st.Size() > maxTokenizerBytes {
 		return nil, &ConfigError{File: file, Msg: fmt.Sprintf("larger than %d bytes", maxTokenizerBytes)}
 	}
-	data, err := os.ReadFile(file)
+	data, err := fsx.ReadFile(file, maxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("convert: %w", err)
 	}
@@ -539,7 +540,7 @@ func readCapped(path string) ([]byte, error) {
 	if st.Size() > maxConfigBytes {
 		return nil, &ConfigError{File: path, Msg: fmt.Sprintf("larger than %d bytes", maxConfigBytes)}
 	}
-	b, err := os.ReadFile(path)
+	b, err := fsx.ReadFile(path, maxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("convert: %w", err)
 	}

@@ -1,0 +1,92 @@
+package quantize
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phonellm/phonellm/internal/half"
+	"github.com/phonellm/phonellm/pipeline"
+	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
+)
+
+// poisonGGUF writes a copy of in with element idx of tensor name set to v.
+func poisonGGUF(t *testing.T, in, out, name string, idx int64, v float32) {
+	t.Helper()
+	f, err := gguf.OpenFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti, _ := f.Tensor(name)
+	off := f.DataOffset + int64(ti.Offset)
+	f.Close()
+	data, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch ti.Type {
+	case gguf.TypeF32:
+		binary.LittleEndian.PutUint32(data[off+4*idx:], math.Float32bits(v))
+	case gguf.TypeF16:
+		binary.LittleEndian.PutUint16(data[off+2*idx:], half.F32ToF16(v))
+	default:
+		t.Fatalf("type %s", ti.Type)
+	}
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRefusesNonFiniteWeights: NaN or infinite inputs are refused (as llama-quantize does) whether the tensor is
+// quantized (F16 → Q4_K) or copied unchanged (an F16 tensor kept F16 by a --tensor-type rule), and nothing is
+// written. NaN norms are already refused when the input is opened (package modelcheck reads them).
+func TestRefusesNonFiniteWeights(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in-F16.gguf")
+	writeF16Model(t, in, 1, 256, 256, 300)
+	keep, err := plan.ParseTensorTypeRule("ffn_down=f16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tensor string
+		idx    int64
+		v      float32
+		ov     plan.Overrides
+	}{
+		{"blk.0.ffn_up.weight", 300, float32(math.NaN()), plan.Overrides{}},
+		{"blk.0.ffn_down.weight", 5, float32(math.Inf(-1)), plan.Overrides{}},
+		{"blk.0.ffn_down.weight", 60000, float32(math.NaN()), plan.Overrides{TensorTypes: []plan.TensorTypeRule{keep}}},
+	} {
+		bad := filepath.Join(dir, "bad.gguf")
+		poisonGGUF(t, in, bad, c.tensor, c.idx, c.v)
+		src, err := OpenGGUF(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "out", "q.gguf")
+		os.MkdirAll(filepath.Dir(out), 0o755)
+		_, err = Run(context.Background(), Options{Source: src, FileType: gguf.FileTypeQ4_K_M, Out: out, Threads: 2, Overrides: c.ov}, nil)
+		src.Close()
+		var de *DataError
+		if !errors.As(err, &de) || de.Tensor != c.tensor || de.Index != c.idx || !strings.Contains(err.Error(), c.tensor) {
+			t.Fatalf("%s[%d] = %v: err %v, want a DataError at that element", c.tensor, c.idx, c.v, err)
+		}
+		if ents, _ := os.ReadDir(filepath.Dir(out)); len(ents) != 0 {
+			t.Fatalf("left %v", ents)
+		}
+	}
+	for _, norm := range []string{"output_norm.weight", "blk.0.attn_norm.weight"} {
+		bad := filepath.Join(dir, "bad.gguf")
+		poisonGGUF(t, in, bad, norm, 7, float32(math.Inf(1)))
+		if _, err := OpenGGUF(bad); err == nil || !strings.Contains(err.Error(), norm) || !pipeline.IsInputError(err) {
+			t.Fatalf("%s +Inf: OpenGGUF: %v", norm, err)
+		}
+	}
+}
