@@ -46,18 +46,23 @@ type qx16Lanes struct {
 	dead  [16]uint32      // scratch: all-ones where amax < GROUP_MAX_EPS
 }
 
-// q6kTrialNum holds -(nmax + 0.1*is) for the trials is = -9..-1, 1..9 of
-// make_qx_quants with nmax = 32, as the C code computes it.
-var q6kTrialNum = func() (t [18]float32) {
+// qxTrialNum returns -(nmax + 0.1*is) for the trials is = -9..-1, 1..9 of
+// make_qx_quants, as the C code computes it.
+func qxTrialNum(nmax int) (t [18]float32) {
+	fnmax := float32(nmax)
 	k := 0
 	for is := -9; is <= 9; is++ {
 		if is != 0 {
-			t[k] = -(32 + float32(0.1*float32(is)))
+			t[k] = -(fnmax + float32(0.1*float32(is)))
 			k++
 		}
 	}
 	return t
-}()
+}
+
+// q6kTrialNum and q3kTrialNum are qxTrialNum for Q6_K (nmax 32) and for
+// Q3_K's weighted search (nmax 4).
+var q6kTrialNum, q3kTrialNum = qxTrialNum(32), qxTrialNum(4)
 
 // qkx2Num returns rmin + rdelta*is + nmax for is = 0..nstep, as
 // make_qkx2_quants computes the numerator of iscale (st.num).
@@ -128,7 +133,7 @@ func q6kLanes(y []byte, x *[256]float32, st *qx16Lanes) bool {
 	if !transpose16AVX2(&st.x, x) {
 		return false
 	}
-	qx16LanesAVX2(st, &q6kTrialNum, false)
+	qx16LanesAVX2(st, &q6kTrialNum, false, 32)
 	var L [256]int8
 	finishQ6K(y, x, &st.scale, &L, st)
 	return true
@@ -467,7 +472,7 @@ func q6kWeightedLanes(y []byte, x *[256]float32, qw []float32, st *qx16Lanes) bo
 	if !transpose16AVX2(&st.x, x) || !transpose16AVX2(&st.w, (*[256]float32)(qw)) {
 		return false
 	}
-	qx16LanesAVX2(st, &q6kTrialNum, true)
+	qx16LanesAVX2(st, &q6kTrialNum, true, 32)
 	var L [256]int8
 	finishQ6K(y, x, &st.scale, &L, st)
 	return true
@@ -539,4 +544,80 @@ func weightedIQ4NLRow(y []byte, x, qw []float32) {
 	for ; i < nb; i++ {
 		fastIQ4NLWeighted(y[i*18:i*18+18], x[i*32:i*32+32], qw[i*32:i*32+32])
 	}
+}
+
+// q3kWeightedLanes is refQ3KWeighted with the 16 make_qx_quants searches
+// (nmax 4, weights qw*sqrt(sigma2 + x^2)) run at once by the vector kernel.
+// It returns false, having written nothing, when a value or a weight is
+// NaN or Inf.
+func q3kWeightedLanes(y []byte, x *[256]float32, qw []float32, st *qx16Lanes) bool {
+	qw = qw[:256]
+	if !transpose16AVX2(&st.x, x) {
+		return false
+	}
+	sigma2 := 2 * sumSquares(x[:]) / 256
+	var sw [16]float32
+	for j := 0; j < 16; j++ {
+		var sumw float32
+		for l := 0; l < 16; l++ {
+			v := x[16*j+l]
+			w := qw[16*j+l] * sqrtf(sigma2+float32(v*v))
+			if w-w != 0 {
+				return false
+			}
+			st.w[l][j] = w
+			sumw += w
+		}
+		sw[j] = sumw
+	}
+	qx16LanesAVX2(st, &q3kTrialNum, true, 4)
+	y = y[:110]
+	sc := y[96:108]
+	for i := range sc {
+		sc[i] = 0
+	}
+	var Ls [16]int8
+	dBlock := makeQXQuantsW(16, 32, st.scale[:], Ls[:], sw[:])
+	for j := 0; j < 16; j++ {
+		l := int32(Ls[j])
+		if j < 8 {
+			sc[j] = uint8(l & 0xF)
+		} else {
+			sc[j-8] |= uint8(l&0xF) << 4
+		}
+		l >>= 4
+		sc[j%4+8] |= uint8(l << (2 * (j / 4)))
+	}
+	putFP16(y[108:], dBlock)
+	dAll := getFP16(y[108:])
+	var L [256]int8
+	for j := 0; j < 16; j++ {
+		var s uint8
+		if j < 8 {
+			s = sc[j] & 0xF
+		} else {
+			s = sc[j-8] >> 4
+		}
+		scv := int8(s|((sc[8+j%4]>>(2*(j/4)))&3)<<4) - 32
+		d := float32(dAll * float32(scv))
+		if d == 0 {
+			for ii := 0; ii < 16; ii++ {
+				L[16*j+ii] = int8(st.L[ii][j])
+			}
+			continue
+		}
+		requantAVX2((*byte)(unsafe.Pointer(&L[16*j])), &x[16*j], 16, d, 0, -4, 3, 4)
+	}
+	packQ3(y[0:32], y[32:96], &L)
+	return true
+}
+
+func weightedQ3K(y []byte, x, qw []float32) {
+	if useAVX2 {
+		var st qx16Lanes
+		if q3kWeightedLanes(y, (*[256]float32)(x[:256]), qw, &st) {
+			return
+		}
+	}
+	refQ3KWeighted(y, x, qw)
 }

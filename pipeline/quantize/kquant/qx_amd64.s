@@ -2,9 +2,10 @@
 
 #include "textflag.h"
 
-// make_qx_quants (ggml-quants.c) with n = 16, nmax = 32, rmse_type = 1 and
-// no weights, the Q6_K search, on the 16 sub-blocks of a super-block at
-// once: lanes 0-7 of each row hold sub-blocks 0-7 (set A), the next 32
+// make_qx_quants (ggml-quants.c) with n = 16 and rmse_type = 1, the Q6_K
+// search (nmax 32, weights x*x or an importance matrix) and Q3_K's search
+// with an importance matrix (nmax 4), on the 16 sub-blocks of a super-block
+// at once: lanes 0-7 of each row hold sub-blocks 0-7 (set A), the next 32
 // bytes sub-blocks 8-15 (set B). Every lane performs the float32 operations
 // of makeQXQuants for its sub-block in the same order (sums accumulate
 // element 0, 1, …, 15; products are rounded before they are added). Go asm
@@ -29,19 +30,14 @@ DATA qxOff<>+0(SB)/4, $0x00400000
 GLOBL qxOff<>(SB), RODATA|NOPTR, $4
 DATA qxAbs<>+0(SB)/4, $0x7FFFFFFF
 GLOBL qxAbs<>(SB), RODATA|NOPTR, $4
-DATA qxHi<>+0(SB)/4, $31
-GLOBL qxHi<>(SB), RODATA|NOPTR, $4
-DATA qxLo<>+0(SB)/4, $-32
-GLOBL qxLo<>(SB), RODATA|NOPTR, $4
 DATA qxEps<>+0(SB)/4, $0x26901D7D // 1e-15f (GROUP_MAX_EPS)
 GLOBL qxEps<>(SB), RODATA|NOPTR, $4
-DATA qxM32<>+0(SB)/4, $0xC2000000 // -32.0f
-GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 
-// Registers: Y15 magic, Y14 mantissa mask, Y13 0x400000, Y12 31, Y11 -32,
+// Registers: Y15 magic, Y14 mantissa mask, Y13 0x400000, Y12 nmax-1,
+// Y11 -nmax,
 // Y5/Y6 iscale (A/B), Y7/Y8 sum_lx/sum_l2 (A), Y9/Y10 (B), Y0-Y4 scratch.
 
-// NEARQ(T): T = max(-32, min(31, nearest_int(T))) in place.
+// NEARQ(T): T = max(-nmax, min(nmax-1, nearest_int(T))) in place.
 #define NEARQ(T) \
 	VADDPS  Y15, T, T; \
 	VPAND   Y14, T, T; \
@@ -151,7 +147,7 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 
 // SETUP(s): for set s: max (the value of largest magnitude, first one
 // wins), the dead mask (amax < GROUP_MAX_EPS), w, wx, the initial levels
-// and sums with iscale = -32/max, scale (0 unless sum_l2 != 0) and best.
+// and sums with iscale = -nmax/max, scale (0 unless sum_l2 != 0) and best.
 #define SETUP(s, INIT) \
 	VXORPS       Y1, Y1, Y1; \
 	VXORPS       Y2, Y2, Y2; \
@@ -161,7 +157,7 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VBROADCASTSS qxEps<>(SB), Y3; \
 	VCMPPS       $0x11, Y3, Y1, Y3; \
 	VMOVUPS      Y3, XDEAD+s(DI); \
-	VBROADCASTSS qxM32<>(SB), Y5; \
+	VCVTDQ2PS    Y11, Y5; \
 	VDIVPS       Y2, Y5, Y5; \
 	VXORPS       Y7, Y7, Y7; \
 	VXORPS       Y8, Y8, Y8; \
@@ -174,8 +170,8 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VMULPS       Y7, Y2, Y2; \
 	VMOVUPS      Y2, XBEST+s(DI)
 
-// FINE(o): L = dead ? 0 : L + 32 for the row at byte offset o (Y1 dead,
-// Y0 zero, Y3 32).
+// FINE(o): L = dead ? 0 : L + nmax for the row at byte offset o (Y1 dead,
+// Y0 zero, Y3 nmax).
 #define FINE(o) \
 	VMOVDQU   XL+o(DI), Y2; \
 	VPADDD    Y3, Y2, Y2; \
@@ -183,7 +179,7 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VMOVDQU   Y2, XL+o(DI)
 
 // FINISH(s): dead lanes of set s get scale 0 and L 0, the others
-// L = level + 32.
+// L = level + nmax.
 #define FINISH(s) \
 	VMOVUPS   XDEAD+s(DI), Y1; \
 	VXORPS    Y0, Y0, Y0; \
@@ -193,21 +189,27 @@ GLOBL qxM32<>(SB), RODATA|NOPTR, $4
 	VPSUBD    Y11, Y0, Y3; \
 	ROWS16(FINE, s)
 
-// func qx16LanesAVX2(st *qx16Lanes, num *[18]float32, weighted bool)
+// func qx16LanesAVX2(st *qx16Lanes, num *[18]float32, weighted bool, nmax int)
 //
-// Runs make_qx_quants(16, 32, x, L, 1, qw) on the 16 sub-blocks in st.x,
+// Runs make_qx_quants(16, nmax, x, L, 1, qw) on the 16 sub-blocks in st.x,
 // with qw NULL (weights x*x) or, if weighted, the weights in st.w; num
-// holds -(32 + 0.1*is) for is = -9..-1, 1..9 as the C code computes it.
-// Outputs st.L (levels + 32, in [0, 64)) and st.scale.
-TEXT ·qx16LanesAVX2(SB), NOSPLIT, $0-17
+// holds -(nmax + 0.1*is) for is = -9..-1, 1..9 as the C code computes it.
+// Outputs st.L (levels + nmax, in [0, 2*nmax)) and st.scale.
+TEXT ·qx16LanesAVX2(SB), NOSPLIT, $0-32
 	MOVQ st+0(FP), DI
 	MOVQ num+8(FP), SI
 
 	VBROADCASTSS qxMagic<>(SB), Y15
 	VBROADCASTSS qxMant<>(SB), Y14
 	VBROADCASTSS qxOff<>(SB), Y13
-	VPBROADCASTD qxHi<>(SB), Y12
-	VPBROADCASTD qxLo<>(SB), Y11
+	MOVQ         nmax+24(FP), AX
+	DECQ         AX
+	MOVQ         AX, X12
+	VPBROADCASTD X12, Y12
+	INCQ         AX
+	NEGQ         AX
+	MOVQ         AX, X11
+	VPBROADCASTD X11, Y11
 
 	MOVBLZX weighted+16(FP), AX
 	TESTQ   AX, AX

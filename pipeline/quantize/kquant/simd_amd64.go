@@ -22,11 +22,12 @@ func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int, weighted bool)
 //go:noescape
 func qkx2Lanes16MADAVX2(st *qkx2Lanes, nmax, nstep int)
 
-// qx16LanesAVX2 runs make_qx_quants for Q6_K on the 16 sub-blocks in st
-// (see qx_amd64.s), with the weights x*x or, if weighted, st.w as given.
+// qx16LanesAVX2 runs make_qx_quants (n 16, rmse_type 1) on the 16
+// sub-blocks in st (see qx_amd64.s), with the weights x*x or, if weighted,
+// st.w as given.
 //
 //go:noescape
-func qx16LanesAVX2(st *qx16Lanes, num *[18]float32, weighted bool)
+func qx16LanesAVX2(st *qx16Lanes, num *[18]float32, weighted bool, nmax int)
 
 // q8_0AVX2 and q4_0AVX2 encode blocks until the first one holding a NaN or
 // Inf and return how many they encoded (see legacy_amd64.s).

@@ -278,13 +278,14 @@ func TestVectorWeightedKernels(t *testing.T) {
 		{TypeQ4_K, fastQ4KWeighted, weightedQ4K},
 		{TypeQ5_K, fastQ5KWeighted, weightedQ5K},
 		{TypeQ6_K, refQ6KWeighted, weightedQ6K},
+		{TypeQ3_K, refQ3KWeighted, weightedQ3K},
 		{TypeIQ4_XS, fastIQ4XSWeighted, weightedIQ4XS},
 		{TypeIQ4_NL, blockLoopW(18, 32, fastIQ4NLWeighted), weightedIQ4NLRow},
 	} {
 		f, _ := ForType(c.typ)
 		ref := referenceWeightedBlock[c.typ]
 		n, sub := 256, 32
-		if c.typ == TypeQ6_K {
+		if c.typ == TypeQ6_K || c.typ == TypeQ3_K {
 			sub = 16
 		}
 		if c.typ == TypeIQ4_NL { // a row of blocks: groups of 8 and a tail
