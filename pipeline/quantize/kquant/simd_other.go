@@ -9,7 +9,9 @@ func qkx2Lanes32AVX2(*qkx2Lanes, int, int, bool) { panic("kquant: no vector kern
 
 func qkx2Lanes16MADAVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
 
-func qx16LanesAVX2(*qx16Lanes, *[18]float32, bool, int) { panic("kquant: no vector kernels in this build") }
+func qx16LanesAVX2(*qx16Lanes, *[18]float32, bool, int) {
+	panic("kquant: no vector kernels in this build")
+}
 
 func q8_0AVX2(*byte, *float32, int) int { panic("kquant: no vector kernels in this build") }
 
