@@ -161,7 +161,7 @@ func q2kLanes(y []byte, x *[256]float32, st *qkx2Lanes) bool {
 		if !transpose16x8AVX2(&st.x, (*[128]float32)(x[128*h:128*h+128])) {
 			return false
 		}
-		qkx2Lanes16MADAVX2(st, 3, 15)
+		qkx2Lanes16AVX2(st, 3, 15, false, true)
 		for j := 0; j < 8; j++ {
 			scales[8*h+j], mins[8*h+j] = st.scale[j], st.min[j]
 			for i := 0; i < 16; i++ {
@@ -620,4 +620,56 @@ func weightedQ3K(y []byte, x, qw []float32) {
 		}
 	}
 	refQ3KWeighted(y, x, qw)
+}
+
+// qkx3Num3 are the numerators of make_qkx3_quants' 37 steps for nmax 3.
+var qkx3Num3 = qkx2Num(-0.9, 0.05, 3, 36)
+
+// q2kWeightedLanes is fastQ2KWeighted with the 16 make_qkx3_quants
+// searches run by the vector kernel, 8 sub-blocks at a time. It returns
+// false, having written nothing, when a value is NaN or Inf or a weight is
+// negative, NaN or Inf (the vector error sums stop early, which needs
+// weights >= 0).
+func q2kWeightedLanes(y []byte, x *[256]float32, qw []float32, st *qkx2Lanes) bool {
+	qw = qw[:256]
+	sigma2 := sumSquares(x[:]) / 256
+	var L [256]uint8
+	var mins, scales, sw [16]float32
+	for h := 0; h < 2; h++ {
+		if !transpose16x8AVX2(&st.x, (*[128]float32)(x[128*h:128*h+128])) {
+			return false
+		}
+		for j := 0; j < 8; j++ {
+			sb := 8*h + j
+			for l := 0; l < 16; l++ {
+				v := x[16*sb+l]
+				w := qw[16*sb+l] * sqrtf(sigma2+float32(v*v))
+				if !(w >= 0 && w <= math.MaxFloat32) {
+					return false
+				}
+				st.w[l][j] = w
+				sw[sb] += w
+			}
+		}
+		qkx2Lanes16AVX2(st, 3, 36, true, false)
+		for j := 0; j < 8; j++ {
+			scales[8*h+j], mins[8*h+j] = st.scale[j], st.min[j]
+			for i := 0; i < 16; i++ {
+				L[16*(8*h+j)+i] = uint8(st.L[i][j])
+			}
+		}
+	}
+	finishQ2KWeighted(y, &L, x, &scales, &mins, &sw)
+	return true
+}
+
+func weightedQ2K(y []byte, x, qw []float32) {
+	if useAVX2 {
+		var st qkx2Lanes
+		st.num = qkx3Num3
+		if q2kWeightedLanes(y, (*[256]float32)(x[:256]), qw, &st) {
+			return
+		}
+	}
+	fastQ2KWeighted(y, x, qw)
 }

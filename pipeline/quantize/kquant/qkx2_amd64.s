@@ -328,15 +328,20 @@ zero:
 	ERRMAD(o); ERRMAD(o+32); ERRMAD(o+64); ERRMAD(o+96); \
 	ERRMAD(o+128); ERRMAD(o+160); ERRMAD(o+192); ERRMAD(o+224)
 
-// func qkx2Lanes16MADAVX2(st *qkx2Lanes, nmax int, nstep int)
+// func qkx2Lanes16AVX2(st *qkx2Lanes, nmax int, nstep int, weighted, mad bool)
 //
-// The Q2_K variant on 8 sub-blocks of 16 values (rows 0-15 of st): weights
-// |x|, then make_qkx2_quants(16, nmax, x, w, L, Laux, rmin, 0.1, nstep,
-// true) with st.num as in qkx2Lanes32AVX2.
-TEXT ·qkx2Lanes16MADAVX2(SB), NOSPLIT, $0-24
+// make_qkx2_quants(16, nmax, x, w, L, Laux, rmin, rdelta, nstep, mad) on 8
+// sub-blocks of 16 values (rows 0-15 of st), with st.num as in
+// qkx2Lanes32AVX2: Q2_K's search (weights |x|, computed here unless
+// weighted; absolute error) and, with weighted and not mad, Q2_K's
+// make_qkx3_quants with an importance matrix. The error sums stop early,
+// which needs weights >= 0 (or NaN): callers passing their own check that.
+TEXT ·qkx2Lanes16AVX2(SB), NOSPLIT, $0-26
 	MOVQ st+0(FP), DI
 	MOVQ nmax+8(FP), AX
 	MOVQ nstep+16(FP), CX
+	MOVBLZX weighted+24(FP), R8
+	MOVBLZX mad+25(FP), R9
 
 	VBROADCASTSS qkMagic<>(SB), Y14
 	VBROADCASTSS qkMant<>(SB), Y13
@@ -345,12 +350,25 @@ TEXT ·qkx2Lanes16MADAVX2(SB), NOSPLIT, $0-24
 	MOVQ         AX, X15
 	VPBROADCASTD X15, Y15
 
-	// Weights |x|; min, max, sum_w, sum_x.
+	// Weights |x| unless given.
+	TESTQ R8, R8
+	JNZ   minmax16
 	VBROADCASTSS qkAbs<>(SB), Y5
+	XORQ  BX, BX
+
+wabs16:
+	VMOVUPS QX(DI)(BX*1), Y0
+	VANDPS  Y5, Y0, Y0
+	VMOVUPS Y0, QW(DI)(BX*1)
+	ADDQ    $32, BX
+	CMPQ    BX, $512
+	JLT     wabs16
+
+minmax16:
+	// min, max, sum_w, sum_x.
 	VMOVUPS QX(DI), Y10
-	VANDPS  Y5, Y10, Y2
-	VMOVUPS Y2, QW(DI)
 	VMOVAPS Y10, Y1
+	VMOVUPS QW(DI), Y2
 	VMULPS  Y10, Y2, Y3
 	MOVQ    $32, BX
 
@@ -358,8 +376,7 @@ mm16:
 	VMOVUPS QX(DI)(BX*1), Y0
 	VMINPS  Y10, Y0, Y10
 	VMAXPS  Y1, Y0, Y1
-	VANDPS  Y5, Y0, Y4
-	VMOVUPS Y4, QW(DI)(BX*1)
+	VMOVUPS QW(DI)(BX*1), Y4
 	VADDPS  Y4, Y2, Y2
 	VMULPS  Y0, Y4, Y4
 	VADDPS  Y4, Y3, Y3
@@ -394,7 +411,15 @@ init16:
 	VMULPS    Y2, Y5, Y2
 	VADDPS    Y10, Y2, Y2
 	VSUBPS    Y0, Y2, Y2
+	TESTQ     R9, R9
+	JZ        initsq16
 	VANDPS    Y4, Y2, Y2
+	JMP       initw16
+
+initsq16:
+	VMULPS    Y2, Y2, Y2
+
+initw16:
 	VMULPS    QW(DI)(BX*1), Y2, Y2
 	VADDPS    Y2, Y3, Y3
 	ADDQ      $32, BX
@@ -443,6 +468,8 @@ step16:
 	VMOVAPS   Y2, Y8                // live
 	VMOVUPS   QBEST(DI), Y7
 	VXORPS    Y3, Y3, Y3
+	TESTQ     R9, R9
+	JZ        errsq16
 	VBROADCASTSS qkAbs<>(SB), Y2
 	ERRMAD8(0)
 	VCMPPS    $0x11, Y7, Y3, Y1
@@ -451,6 +478,18 @@ step16:
 	TESTL     AX, AX
 	JZ        next16
 	ERRMAD8(256)
+	JMP       check16
+
+errsq16:
+	ERR8(0)
+	VCMPPS    $0x11, Y7, Y3, Y1
+	VANDPS    Y8, Y1, Y1
+	VMOVMSKPS Y1, AX
+	TESTL     AX, AX
+	JZ        next16
+	ERR8(256)
+
+check16:
 	VCMPPS    $0x11, Y7, Y3, Y1
 	VANDPS    Y8, Y1, Y1
 	VMOVMSKPS Y1, AX

@@ -16,11 +16,11 @@ var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C
 //go:noescape
 func qkx2Lanes32AVX2(st *qkx2Lanes, nmax, nstep int, weighted bool)
 
-// qkx2Lanes16MADAVX2 is the Q2_K variant (16 values, weights |x|, absolute
-// error) on rows 0-15 of st.
+// qkx2Lanes16AVX2 is the Q2_K variant on rows 0-15 of st (16 values;
+// weights |x| unless weighted; absolute error if mad, else squared).
 //
 //go:noescape
-func qkx2Lanes16MADAVX2(st *qkx2Lanes, nmax, nstep int)
+func qkx2Lanes16AVX2(st *qkx2Lanes, nmax, nstep int, weighted, mad bool)
 
 // qx16LanesAVX2 runs make_qx_quants (n 16, rmse_type 1) on the 16
 // sub-blocks in st (see qx_amd64.s), with the weights x*x or, if weighted,

@@ -7,7 +7,9 @@ const useAVX2 = false
 
 func qkx2Lanes32AVX2(*qkx2Lanes, int, int, bool) { panic("kquant: no vector kernels in this build") }
 
-func qkx2Lanes16MADAVX2(*qkx2Lanes, int, int) { panic("kquant: no vector kernels in this build") }
+func qkx2Lanes16AVX2(*qkx2Lanes, int, int, bool, bool) {
+	panic("kquant: no vector kernels in this build")
+}
 
 func qx16LanesAVX2(*qx16Lanes, *[18]float32, bool, int) {
 	panic("kquant: no vector kernels in this build")

@@ -33,7 +33,7 @@ type rowKernel func(y []byte, x, qw []float32)
 // matching reference tables.
 var (
 	weightedBlock = map[uint32]blockKernel{
-		TypeQ2_K: fastQ2KWeighted, TypeQ3_K: weightedQ3K, TypeQ4_K: weightedQ4K,
+		TypeQ2_K: weightedQ2K, TypeQ3_K: weightedQ3K, TypeQ4_K: weightedQ4K,
 		TypeQ5_K: weightedQ5K, TypeQ6_K: weightedQ6K,
 		TypeIQ4_XS:  weightedIQ4XS,
 		TypeIQ2_XXS: fastIQ2XXS, TypeIQ2_XS: fastIQ2XS, TypeIQ2_S: fastIQ2S,
