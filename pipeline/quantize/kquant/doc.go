@@ -95,7 +95,9 @@
 //
 // On amd64 CPUs with AVX2 and F16C the Format table runs AVX2 kernels
 // (*_amd64.s, driven by lanes.go) for Q4_0, Q8_0, Q2_K … Q6_K, IQ4_NL and
-// IQ4_XS; every other CPU (arm64 included), and amd64 builds with -tags
+// IQ4_XS, and QuantizeWeighted for the searches of Q2_K … Q6_K, IQ4_NL and
+// IQ4_XS with an importance matrix (the same lane kernels, given the
+// weights); every other CPU (arm64 included), and amd64 builds with -tags
 // purego, run the plain Go kernels. The searches run one block per vector
 // lane: the 8 sub-blocks of a Q4_K/Q5_K/IQ4_XS super-block (or 8
 // consecutive IQ4_NL blocks), the 16 of a Q2_K/Q3_K/Q6_K super-block in two
@@ -108,7 +110,9 @@
 // already stopped). Q4_0/Q8_0 run one block per iteration, taking the
 // largest magnitude by a vector maximum (its order does not matter on
 // finite values) and emulating roundf exactly. A block holding a NaN or Inf
-// goes to the plain kernel, whose NaN propagation the lanes do not copy.
+// goes to the plain kernel, whose NaN propagation the lanes do not copy, and
+// so does a weighted block with a NaN or Inf weight (or, for the searches
+// whose error sums stop early, a negative one).
 // vector_test.go checks every vector kernel against the plain kernel and
 // the reference on adversarial blocks (lanes taking different branches,
 // all-equal and all-zero sub-blocks, subnormals, nearest_int ties, sums that
