@@ -275,7 +275,7 @@ func (st *qkx2Lanes) sigmaWeights(x *[256]float32, qw []float32, sigma2 float32)
 	for j := 0; j < 8; j++ {
 		for i := 0; i < 32; i++ {
 			v := x[32*j+i]
-			w := qw[32*j+i] * sqrtf(sigma2+float32(v*v))
+			w := float32(qw[32*j+i] * sqrtf(sigma2+float32(v*v)))
 			if w-w != 0 {
 				return false
 			}
@@ -414,7 +414,7 @@ func q45kWeightedLanes(hdr []byte, L *[256]uint8, x *[256]float32, qw []float32,
 		var sumw float32
 		for i := 0; i < 32; i++ {
 			v := x[32*j+i]
-			w := qw[32*j+i] * sqrtf(sigma2+float32(v*v))
+			w := float32(qw[32*j+i] * sqrtf(sigma2+float32(v*v)))
 			if !(w >= 0 && w <= math.MaxFloat32) {
 				return false
 			}
@@ -514,7 +514,7 @@ func weightedIQ4NLRow(y []byte, x, qw []float32) {
 				sigma2 *= 2.0 / 32
 				for k := 0; k < 32; k++ {
 					v := xs[32*j+k]
-					w := qw[i*32+32*j+k] * sqrtf(sigma2+float32(v*v))
+					w := float32(qw[i*32+32*j+k] * sqrtf(sigma2+float32(v*v)))
 					if w-w != 0 {
 						ok = false
 						break
@@ -561,7 +561,7 @@ func q3kWeightedLanes(y []byte, x *[256]float32, qw []float32, st *qx16Lanes) bo
 		var sumw float32
 		for l := 0; l < 16; l++ {
 			v := x[16*j+l]
-			w := qw[16*j+l] * sqrtf(sigma2+float32(v*v))
+			w := float32(qw[16*j+l] * sqrtf(sigma2+float32(v*v)))
 			if w-w != 0 {
 				return false
 			}
@@ -643,7 +643,7 @@ func q2kWeightedLanes(y []byte, x *[256]float32, qw []float32, st *qkx2Lanes) bo
 			sb := 8*h + j
 			for l := 0; l < 16; l++ {
 				v := x[16*sb+l]
-				w := qw[16*sb+l] * sqrtf(sigma2+float32(v*v))
+				w := float32(qw[16*sb+l] * sqrtf(sigma2+float32(v*v)))
 				if !(w >= 0 && w <= math.MaxFloat32) {
 					return false
 				}
