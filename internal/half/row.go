@@ -44,8 +44,12 @@ func F16ToF32Row(dst []float32, src []uint16) int {
 func F32ToBF16Row(dst []uint16, src []float32) int {
 	n := min(len(dst), len(src))
 	dst, src = dst[:n], src[:n]
-	for i, v := range src {
-		dst[i] = F32ToBF16(v)
+	i := 0
+	if n > 0 {
+		i = encodeBF16Vec(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 2*n), src, n)
+	}
+	for ; i < n; i++ {
+		dst[i] = F32ToBF16(src[i])
 	}
 	return n
 }
@@ -117,8 +121,8 @@ func EncodeF16LE(dst []byte, src []float32) int {
 func EncodeBF16LE(dst []byte, src []float32) int {
 	n := min(len(dst)/2, len(src))
 	dst, src = dst[:2*n], src[:n]
-	for i, v := range src {
-		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+	for i := encodeBF16Vec(dst, src, n); i < n; i++ {
+		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(src[i]))
 	}
 	return n
 }

@@ -90,3 +90,50 @@ edone:
 	VZEROUPPER
 	MOVQ AX, ret+24(FP)
 	RET
+
+DATA bfOne<>+0(SB)/4, $1
+GLOBL bfOne<>(SB), RODATA|NOPTR, $4
+DATA bfRound<>+0(SB)/4, $0x7FFF
+GLOBL bfRound<>(SB), RODATA|NOPTR, $4
+DATA bfAbs<>+0(SB)/4, $0x7FFFFFFF
+GLOBL bfAbs<>(SB), RODATA|NOPTR, $4
+DATA bfInf<>+0(SB)/4, $0x7F800000
+GLOBL bfInf<>(SB), RODATA|NOPTR, $4
+DATA bfQuiet<>+0(SB)/4, $0x40
+GLOBL bfQuiet<>(SB), RODATA|NOPTR, $4
+
+// func encodeBF16AVX(dst *byte, src *float32, n int)
+//
+// n (a positive multiple of 8) float32 values to bf16 as F32ToBF16 rounds
+// them: (bits + 0x7FFF + ((bits>>16)&1)) >> 16, and for a NaN
+// (bits>>16) | 0x0040.
+TEXT ·encodeBF16AVX(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+	VPBROADCASTD bfOne<>(SB), Y15
+	VPBROADCASTD bfRound<>(SB), Y14
+	VPBROADCASTD bfAbs<>(SB), Y13
+	VPBROADCASTD bfInf<>(SB), Y12
+	VPBROADCASTD bfQuiet<>(SB), Y11
+
+bfloop:
+	VMOVDQU      (SI)(AX*4), Y0
+	VPSRLD       $16, Y0, Y1
+	VPAND        Y15, Y1, Y2
+	VPADDD       Y0, Y2, Y2
+	VPADDD       Y14, Y2, Y2
+	VPSRLD       $16, Y2, Y2
+	VPAND        Y13, Y0, Y3
+	VPCMPGTD     Y12, Y3, Y3      // NaN: |bits| > 0x7F800000
+	VPOR         Y11, Y1, Y4
+	VPBLENDVB    Y3, Y4, Y2, Y2
+	VEXTRACTI128 $1, Y2, X3
+	VPACKUSDW    X3, X2, X2
+	VMOVDQU      X2, (DI)(AX*2)
+	ADDQ         $8, AX
+	CMPQ         AX, CX
+	JLT          bfloop
+	VZEROUPPER
+	RET

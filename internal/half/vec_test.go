@@ -54,6 +54,17 @@ func TestRowsMatchScalar(t *testing.T) {
 					t.Fatalf("DecodeBF16LE n=%d off=%d [%d]: %#08x, want %#08x", n, off, i, math.Float32bits(got[i]), w)
 				}
 			}
+			ub := make([]uint16, n)
+			F32ToBF16Row(ub, f[off:])
+			bb := make([]byte, 2*n+1)
+			EncodeBF16LE(bb[1:], f[off:])
+			for i := range ub {
+				w := F32ToBF16(f[off+i])
+				if ub[i] != w || binary.LittleEndian.Uint16(bb[1+2*i:]) != w {
+					t.Fatalf("F32ToBF16 rows n=%d off=%d [%d]: %#08x -> %#04x / %#04x, want %#04x", n, off, i,
+						math.Float32bits(f[off+i]), ub[i], binary.LittleEndian.Uint16(bb[1+2*i:]), w)
+				}
+			}
 			u := make([]uint16, n)
 			F32ToF16Row(u, f[off:])
 			b := make([]byte, 2*n+1)
@@ -111,6 +122,44 @@ func TestEncodeF16Sweep(t *testing.T) {
 					add((b - d) | s)
 				}
 			}
+		}
+	}
+	flush()
+}
+
+// TestEncodeBF16Sweep compares EncodeBF16LE (the vector path) with
+// F32ToBF16 on every 61st float32 bit pattern and every pattern around the
+// bf16 rounding boundaries (ties both ways, the largest finite values, the
+// NaN boundary).
+func TestEncodeBF16Sweep(t *testing.T) {
+	stride := uint64(61)
+	if testing.Short() {
+		stride = 997
+	}
+	const batch = 1 << 14
+	src := make([]float32, 0, batch)
+	dst := make([]byte, 2*batch)
+	flush := func() {
+		EncodeBF16LE(dst, src)
+		for i, v := range src {
+			if g, w := binary.LittleEndian.Uint16(dst[2*i:]), F32ToBF16(v); g != w {
+				t.Fatalf("f32 %#08x -> %#04x, want %#04x", math.Float32bits(v), g, w)
+			}
+		}
+		src = src[:0]
+	}
+	add := func(b uint32) {
+		src = append(src, math.Float32frombits(b))
+		if len(src) == batch {
+			flush()
+		}
+	}
+	for b := uint64(0); b < 1<<32; b += stride {
+		add(uint32(b))
+	}
+	for h := uint32(0); h < 1<<16; h++ {
+		for _, d := range []uint32{0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF} {
+			add(h<<16 | d)
 		}
 	}
 	flush()
