@@ -2,11 +2,17 @@
 # Runs the bit-exact kernel tests (both ggml golden sets, with and without
 # an importance matrix; fast-vs-reference cross tests; the output digest of
 # every kernel on adversarial inputs; round trips; FMA canary) for
-# pipeline/quantize/kquant and internal/half in three builds:
+# pipeline/quantize/kquant and internal/half in four builds:
 #   - GOAMD64=v1            (amd64 baseline: Go never fuses a*b+c here)
 #   - GOAMD64=v3            (Go fuses a*b+c into VFMADD unless prevented)
+#   - GOAMD64=v3 -tags purego (the plain Go kernels instead of the AVX2 ones,
+#                           in a build that fuses)
 #   - GOARCH=arm64 on qemu  (Go fuses a*b+c into FMADD unless prevented)
-# The golden tests passing in the last two, together with TestFMAEnvironment
+# On an amd64 CPU with AVX2 and F16C the first two run the vector kernels
+# (*_amd64.s, which never use FMA) and cross-test them against the plain
+# Go kernels and the references; the purego and arm64 runs put the plain
+# Go kernels through the goldens.
+# The golden tests passing in the builds that fuse, together with TestFMAEnvironment
 # confirming that those builds really fuse a plain a*b+c, shows that every
 # kernel product is rounded before its add, as in ggml's x86 build.
 #
@@ -26,6 +32,7 @@ run() {
 if [[ "$host_arch" == amd64 ]]; then
 	run GOAMD64=v1 KQUANT_EXPECT_FMA=0 go test -count=1 "${pkgs[@]}"
 	run GOAMD64=v3 KQUANT_EXPECT_FMA=1 go test -count=1 "${pkgs[@]}"
+	run GOAMD64=v3 KQUANT_EXPECT_FMA=1 go test -count=1 -tags purego "${pkgs[@]}"
 fi
 
 if [[ "$host_arch" == arm64 ]]; then

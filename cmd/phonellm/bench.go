@@ -1,19 +1,16 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/internal/benchdata"
 	"github.com/phonellm/phonellm/pipeline/gguf"
-	"github.com/phonellm/phonellm/pipeline/quantize"
 	"github.com/phonellm/phonellm/runtime/bench"
 	"github.com/spf13/cobra"
 )
@@ -119,45 +116,36 @@ func printBench(w io.Writer, r bench.Result) {
 	}
 }
 
-// quantBenchRow is one measured quantization.
-type quantBenchRow struct {
-	Type       string  `json:"type"`
-	Threads    int     `json:"threads"`
-	Seconds    float64 `json:"seconds"`
-	InputBytes int64   `json:"input_bytes"`
-	InputMBps  float64 `json:"input_mb_per_s"`
-	PeakRSS    int64   `json:"peak_rss_bytes"`
-	OutBytes   int64   `json:"output_bytes"`
-	Imatrix    bool    `json:"imatrix,omitempty"`
-}
-
-type quantBenchResult struct {
-	Input string          `json:"input"`
-	Rows  []quantBenchRow `json:"rows"`
-}
-
 func newBenchQuantizeCmd(a *app) *cobra.Command {
 	var in, imatrixFile string
 	var types []string
 	var threads []int
+	var repeats int
 	cmd := &cobra.Command{
-		Use:   "quantize [--in F16.gguf] [--types q4_k_m,q8_0,q4_0] [--threads 1,2]",
-		Short: "Measure quantization speed (MB/s of input) and peak memory",
-		Long: `Quantize an F16 GGUF once per type and thread count, each in a child process so its peak RSS is measured
-alone, and report input MB/s and peak RSS. Without --in, a Qwen3-0.6B-shaped F16 GGUF (1.5 GB, the shape of
-llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/bench and reused.`,
+		Use:   "quantize [--in F16.gguf] [--types q4_k_m,q8_0,q4_0] [--threads 1,2] [--repeats N]",
+		Short: "Measure quantization speed, CPU time and peak memory, side by side with llama-quantize",
+		Long: `Quantize an F16 GGUF per type and thread count, each in a child process so its wall time, CPU time
+(user + system) and peak RSS are its own. Without --in, a Qwen3-0.6B-shaped F16 GGUF (1.5 GB, the shape of
+llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/bench and reused.
+
+With LLAMA_QUANTIZE set to a llama-quantize executable, each measurement alternates llama-quantize and phonellm
+on the same input, threads and type (--repeats rounds, default 3; the program that goes first alternates), and
+the ratios are the medians of the per-round ratios; the first round's outputs are also compared tensor by
+tensor. Without it, phonellm is compared with llama-quantize's published anchor, measured on another day, and
+the output says so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, t := range types {
+				if _, err := gguf.ParseFileType(t); err != nil {
+					return usageError("%v", err)
+				}
+			}
 			if in == "" {
 				p, err := benchF16(a)
 				if err != nil {
 					return err
 				}
 				in = p
-			}
-			st, err := os.Stat(in)
-			if err != nil {
-				return err
 			}
 			exe, err := os.Executable()
 			if err != nil {
@@ -168,71 +156,66 @@ llama-quantize's published speed anchor) is generated once into $PHONELLM_HOME/b
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			res := quantBenchResult{Input: in}
-			for _, t := range types {
-				if _, err := gguf.ParseFileType(t); err != nil {
-					return usageError("%v", err)
-				}
-				for _, th := range threads {
-					// With --imatrix each type runs without and with it, alternating, for the memory comparison.
-					for _, im := range imatrixRuns(imatrixFile) {
-						out := filepath.Join(tmp, "out.gguf")
-						argv := []string{exe, "quantize", t, "--in", in, "-o", out, "--threads", strconv.Itoa(th), "-q", "--json"}
-						if im != "" {
-							argv = append(argv, "--imatrix", im)
-						} else {
-							argv = append(argv, "--no-imatrix")
-						}
-						child, err := bench.RunChild(a.ctx, argv, append(os.Environ(), "PHONELLM_WORKSPACE="+tmp), a.io.Err)
-						if err != nil {
-							return fmt.Errorf("bench quantize %s (%d threads): %w", t, th, err)
-						}
-						el := child.Seconds
-						var qr quantize.Result
-						json.Unmarshal(child.Stdout, &qr)
-						row := quantBenchRow{Type: strings.ToUpper(t), Threads: th, Seconds: el, InputBytes: st.Size(),
-							InputMBps: float64(st.Size()) / 1e6 / el, PeakRSS: child.PeakRSS, Imatrix: im != ""}
-						if len(qr.Artifacts) > 0 {
-							row.OutBytes = qr.Artifacts[0].Size
-						}
-						with := ""
-						if row.Imatrix {
-							with = " with imatrix"
-						}
-						a.io.Printf("%s%s, %d threads: %.1f s, %.1f MB/s, peak RSS %s\n", row.Type, with, th, el, row.InputMBps, ui.HumanBytes(row.PeakRSS))
-						res.Rows = append(res.Rows, row)
-						os.Remove(out)
-					}
+			llama := getenv("LLAMA_QUANTIZE", "")
+			if repeats <= 0 {
+				repeats = 1
+				if llama != "" {
+					repeats = 3
 				}
 			}
-			return a.io.Result(res, func(w io.Writer) {
-				fmt.Fprintf(w, "input %s (%s)\n", in, ui.HumanBytes(st.Size()))
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "type\tthreads\tseconds\tinput MB/s\tpeak RSS\toutput")
-				for _, r := range res.Rows {
-					typ := r.Type
-					if r.Imatrix {
-						typ += " +imatrix"
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%s\t%s\n", typ, r.Threads, r.Seconds, r.InputMBps, ui.HumanBytes(r.PeakRSS), ui.HumanBytes(r.OutBytes))
-				}
-				tw.Flush()
+			var upper []string
+			for _, t := range types {
+				upper = append(upper, strings.ToUpper(t))
+			}
+			res, err := bench.Quantize(a.ctx, bench.QuantizeOptions{
+				Phonellm: exe, Env: append(os.Environ(), "PHONELLM_WORKSPACE="+tmp), LlamaQuantize: llama,
+				Input: in, Types: upper, Threads: threads, Repeats: repeats, WorkDir: tmp, Imatrix: imatrixFile,
+				Progress: func(s string) { a.io.Printf("%s\n", s) },
 			})
+			if err != nil {
+				return err
+			}
+			return a.io.Result(res, func(w io.Writer) { printQuantBench(w, res) })
 		},
 	}
 	cmd.Flags().StringVar(&in, "in", "", "F16 GGUF to quantize (default: a generated Qwen3-0.6B-shaped one)")
 	cmd.Flags().StringSliceVar(&types, "types", []string{"q4_k_m", "q8_0", "q4_0"}, "quantization types")
 	cmd.Flags().IntSliceVar(&threads, "threads", []int{1, 2}, "thread counts")
-	cmd.Flags().StringVar(&imatrixFile, "imatrix", "", "also quantize with this importance matrix, alternating with plain runs")
+	cmd.Flags().StringVar(&imatrixFile, "imatrix", "", "also quantize every type with this importance matrix (both programs), rows without and with it")
+	cmd.Flags().IntVar(&repeats, "repeats", 0, "timed runs of each program per type and thread count (default 3 with LLAMA_QUANTIZE, else 1)")
 	return cmd
 }
 
-// imatrixRuns is the importance matrix of each run of one type: none, then the file when there is one.
-func imatrixRuns(file string) []string {
-	if file == "" {
-		return []string{""}
+func printQuantBench(w io.Writer, r bench.QuantizeResult) {
+	var size int64
+	if len(r.Rows) > 0 {
+		size = r.Rows[0].InputBytes
 	}
-	return []string{"", file}
+	fmt.Fprintf(w, "input %s (%s)\n", r.Input, ui.HumanBytes(size))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "type\tthreads\tseconds\tCPU-s\tinput MB/s\tpeak RSS\tllama-quantize s\tCPU-s\tMB/s\tpeak RSS\tspeed\tCPU\tidentical\tbaseline")
+	for _, x := range r.Rows {
+		typ := x.Type
+		if x.Imatrix {
+			typ += " +imatrix"
+		}
+		lrss, ident := "-", "-"
+		if x.LlamaPeakRSS > 0 {
+			lrss = ui.HumanBytes(x.LlamaPeakRSS)
+		}
+		if x.Tensors > 0 {
+			ident = fmt.Sprintf("%d/%d", x.IdenticalTensors, x.Tensors)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.1f\t%s\t%.2f\t%.2f\t%.1f\t%s\t%.2f×\t%.2f×\t%s\t%s\n", typ, x.Threads,
+			x.Seconds, x.CPUSeconds, x.InputMBps, ui.HumanBytes(x.PeakRSS), x.LlamaSeconds, x.LlamaCPUSeconds,
+			x.LlamaInputMBps, lrss, x.ThroughputRatio, x.CPURatio, ident, x.Baseline)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "speed: llama-quantize wall time / phonellm's; CPU: phonellm CPU-seconds / llama-quantize's\n")
+	if r.Load != "" {
+		fmt.Fprintf(w, "load average before the runs: %s\n", r.Load)
+	}
+	fmt.Fprintf(w, "note: %s\n", r.Note)
 }
 
 // benchF16 returns the generated Qwen3-0.6B-shaped F16 GGUF used by the quantize benchmark, making it once.

@@ -31,6 +31,7 @@ var environment = []envVar{
 	{"ACURAST_IPFS_URL", "SDK default", "IPFS pinning endpoint for the phone bundle"},
 	{"ACURAST_IPFS_API_KEY", "", "IPFS pinning API key; never written to disk or logs"},
 	{"ACURAST_MATCHER_URL", "SDK default", "Acurast matcher, for cost estimates in ship --dry-run"},
+	{"LLAMA_QUANTIZE", "", "llama-quantize executable that bench quantize times in the same run (else: its published anchor)"},
 	{"NO_COLOR", "", "any value turns off colours on stderr"},
 }
 

@@ -12,5 +12,10 @@
 //
 // The row and little-endian byte-slice helpers process min(len(dst), len(src))
 // elements (for byte slices, whole 2- or 4-byte elements) and return how many
-// they converted.
+// they converted. On amd64 CPUs with AVX2 and F16C they convert eight values
+// at a time (vec_amd64.s: VCVTPH2PS, VCVTPS2PH with round to nearest even,
+// widening and shifting for bf16), giving the same bits as the scalar
+// conversions (a group of eight holding a NaN is rounded to f16 by the
+// scalar code, which fixes its payload as ggml does); -tags purego keeps
+// the scalar code.
 package half

@@ -3,14 +3,24 @@ package half
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 )
 
 // F32ToF16Row converts min(len(dst), len(src)) values and returns the count.
 func F32ToF16Row(dst []uint16, src []float32) int {
 	n := min(len(dst), len(src))
 	dst, src = dst[:n], src[:n]
-	for i, v := range src {
-		dst[i] = f32BitsToF16(math.Float32bits(v))
+	if n == 0 {
+		return 0
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 2*n)
+	for i := 0; i < n; {
+		// The vector path stops before a group of eight holding a NaN;
+		// that group is converted here, then the vector path resumes.
+		i += encodeF16Vec(b[2*i:], src[i:], n-i)
+		for end := min(i+8, n); i < end; i++ {
+			dst[i] = f32BitsToF16(math.Float32bits(src[i]))
+		}
 	}
 	return n
 }
@@ -19,9 +29,13 @@ func F32ToF16Row(dst []uint16, src []float32) int {
 func F16ToF32Row(dst []float32, src []uint16) int {
 	n := min(len(dst), len(src))
 	dst, src = dst[:n], src[:n]
+	i := 0
+	if n > 0 {
+		i = decodeF16Vec(dst, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 2*n), n)
+	}
 	t := f16ToF32Table
-	for i, h := range src {
-		dst[i] = math.Float32frombits(t[h])
+	for ; i < n; i++ {
+		dst[i] = math.Float32frombits(t[src[i]])
 	}
 	return n
 }
@@ -30,8 +44,12 @@ func F16ToF32Row(dst []float32, src []uint16) int {
 func F32ToBF16Row(dst []uint16, src []float32) int {
 	n := min(len(dst), len(src))
 	dst, src = dst[:n], src[:n]
-	for i, v := range src {
-		dst[i] = F32ToBF16(v)
+	i := 0
+	if n > 0 {
+		i = encodeBF16Vec(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 2*n), src, n)
+	}
+	for ; i < n; i++ {
+		dst[i] = F32ToBF16(src[i])
 	}
 	return n
 }
@@ -40,8 +58,12 @@ func F32ToBF16Row(dst []uint16, src []float32) int {
 func BF16ToF32Row(dst []float32, src []uint16) int {
 	n := min(len(dst), len(src))
 	dst, src = dst[:n], src[:n]
-	for i, h := range src {
-		dst[i] = math.Float32frombits(uint32(h) << 16)
+	i := 0
+	if n > 0 {
+		i = decodeBF16Vec(dst, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 2*n), n)
+	}
+	for ; i < n; i++ {
+		dst[i] = math.Float32frombits(uint32(src[i]) << 16)
 	}
 	return n
 }
@@ -52,7 +74,7 @@ func DecodeF16LE(dst []float32, src []byte) int {
 	n := min(len(dst), len(src)/2)
 	dst, src = dst[:n], src[:2*n]
 	t := f16ToF32Table
-	for i := range dst {
+	for i := decodeF16Vec(dst, src, n); i < n; i++ {
 		dst[i] = math.Float32frombits(t[binary.LittleEndian.Uint16(src[2*i:])])
 	}
 	return n
@@ -63,7 +85,7 @@ func DecodeF16LE(dst []float32, src []byte) int {
 func DecodeBF16LE(dst []float32, src []byte) int {
 	n := min(len(dst), len(src)/2)
 	dst, src = dst[:n], src[:2*n]
-	for i := range dst {
+	for i := decodeBF16Vec(dst, src, n); i < n; i++ {
 		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
 	}
 	return n
@@ -85,8 +107,11 @@ func DecodeF32LE(dst []float32, src []byte) int {
 func EncodeF16LE(dst []byte, src []float32) int {
 	n := min(len(dst)/2, len(src))
 	dst, src = dst[:2*n], src[:n]
-	for i, v := range src {
-		binary.LittleEndian.PutUint16(dst[2*i:], f32BitsToF16(math.Float32bits(v)))
+	for i := 0; i < n; {
+		i += encodeF16Vec(dst[2*i:], src[i:], n-i)
+		for end := min(i+8, n); i < end; i++ {
+			binary.LittleEndian.PutUint16(dst[2*i:], f32BitsToF16(math.Float32bits(src[i])))
+		}
 	}
 	return n
 }
@@ -96,8 +121,8 @@ func EncodeF16LE(dst []byte, src []float32) int {
 func EncodeBF16LE(dst []byte, src []float32) int {
 	n := min(len(dst)/2, len(src))
 	dst, src = dst[:2*n], src[:n]
-	for i, v := range src {
-		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+	for i := encodeBF16Vec(dst, src, n); i < n; i++ {
+		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(src[i]))
 	}
 	return n
 }

@@ -16,8 +16,8 @@ import (
 
 // BenchmarkQuantizeQwen3Shape quantizes the 1.5 GB Qwen3-0.6B-shaped F16 GGUF (generated once, see
 // internal/benchdata) to Q4_K_M, Q8_0 and Q4_0 at 1 and 2 threads, reporting input MB/s (b.SetBytes) and the
-// peak RSS of the run. The anchor is llama-quantize on the same shapes: Q4_K_M 39.1 MB/s, Q8_0 238 MB/s,
-// Q4_0 200 MB/s at 2 threads, 2.69 GB max RSS (shared/reference/gguf-quant-convert.md §10.4). Run:
+// peak RSS of the run. It times phonellm alone; `LLAMA_QUANTIZE=/path/to/llama-quantize phonellm bench quantize`
+// times llama-quantize in the same run, alternating, with CPU-seconds (docs/benchmarks.md). Run:
 //
 //	go test ./pipeline/quantize -run '^$' -bench QuantizeQwen3Shape -benchtime 1x
 func BenchmarkQuantizeQwen3Shape(b *testing.B) {

@@ -90,3 +90,33 @@ func TestRefusesNonFiniteWeights(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFinite finds the first non-finite value (NaN of any payload, ±Inf) at every position of rows of
+// every length up to 40, and passes rows of finite extremes (largest, subnormal, signed zeros).
+func TestCheckFinite(t *testing.T) {
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
+		math.Float32frombits(0x7F800001), math.Float32frombits(0xFFFFFFFF)}
+	good := []float32{math.MaxFloat32, -math.MaxFloat32, 1e-45, -1e-45, 0, float32(math.Copysign(0, -1)), 1.17549435e-38, 3}
+	for n := 0; n <= 40; n++ {
+		rows := make([]float32, n)
+		for i := range rows {
+			rows[i] = good[i%len(good)]
+		}
+		if err := checkFinite("t", 5, rows); err != nil {
+			t.Fatalf("n=%d finite rows: %v", n, err)
+		}
+		for pos := 0; pos < n; pos++ {
+			for _, b := range bad {
+				r := append([]float32(nil), rows...)
+				r[pos] = b
+				if pos+1 < n {
+					r[n-1] = bad[0] // a later one must not be reported
+				}
+				var de *DataError
+				if err := checkFinite("t", 5, r); !errors.As(err, &de) || de.Index != int64(5+pos) || de.Tensor != "t" {
+					t.Fatalf("n=%d, %v at %d: err = %v", n, b, pos, err)
+				}
+			}
+		}
+	}
+}

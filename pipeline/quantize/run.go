@@ -22,6 +22,13 @@ import (
 // threads × chunks in flight stay a few MB.
 const chunkElems = 1 << 18
 
+// directOptions size the output's direct I/O: 2 MiB writes, 4 buffers, 2 in flight.
+var directOptions = fsx.DirectOptions{Chunk: 2 << 20, Chunks: 4, Writers: 2}
+
+// pieceElems is how many values a worker decodes before it encodes them: small enough that the float32 rows
+// are still in the core's cache when the kernel reads them, large enough that a read is not mostly syscall.
+const pieceElems = 1 << 14
+
 // Options say what to quantize and how.
 type Options struct {
 	Source    *Source       // the input; required
@@ -263,9 +270,21 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		return res, err
 	}
 	defer out.Abort()
+	// The output goes to the disk with direct I/O where the file system allows it: no page cache, whose
+	// copies, reclaim and final fsync cost more CPU than the Q8_0 and Q4_0 kernels (4 × 2 MiB of buffers).
+	var sink io.Writer = out
+	size, sum := out.Size, out.Sum
+	dw := fsx.NewDirectWriter(out, directOptions)
+	if dw != nil {
+		defer dw.Stop() // no background write may outlive the file on an error path
+		sink, size, sum = dw, dw.Size, dw.Sum
+	}
 	start := time.Now()
 	rep.Begin("quantize "+o.FileType.String(), qp.InBytes)
-	err = write(ctx, w, out, qp, byName, threads, im, rep)
+	err = write(ctx, w, sink, qp, byName, threads, im, rep)
+	if err == nil && dw != nil {
+		err = dw.Flush()
+	}
 	if err == nil {
 		err = out.Commit()
 	}
@@ -277,7 +296,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 	if res.Seconds > 0 {
 		res.InputMBps = float64(qp.InBytes) / 1e6 / res.Seconds
 	}
-	res.Artifacts = []pipeline.Artifact{{Path: o.Out, Kind: "gguf", Size: out.Size(), SHA256: out.Sum()}}
+	res.Artifacts = []pipeline.Artifact{{Path: o.Out, Kind: "gguf", Size: size(), SHA256: sum()}}
 	return res, nil
 }
 
@@ -373,14 +392,6 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 					}
 					continue
 				}
-				var err error
-				rows, err = j.src.ReadRows(ctx, j.row0, j.n, rows)
-				if err != nil {
-					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
-				}
-				if err := checkFinite(j.entry.Name, j.row0*int64(j.entry.Shape[0]), rows); err != nil {
-					return err
-				}
 				rb, err := j.entry.To.RowBytes(int64(j.entry.Shape[0]))
 				if err != nil {
 					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
@@ -390,8 +401,22 @@ func write(ctx context.Context, w *gguf.Writer, out io.Writer, qp plan.Plan, byN
 					buf = *b
 				}
 				buf = grow(buf, int(rb*j.n))
-				if err := encodeRows(buf, rows, j, rb); err != nil {
-					return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+				// Decode and encode piece by piece: one pass over the rows through memory instead of two.
+				per := max(1, pieceElems/int64(j.entry.Shape[0]))
+				for r := int64(0); r < j.n; r += per {
+					m := min(per, j.n-r)
+					rows, err = j.src.ReadRows(ctx, j.row0+r, m, rows)
+					if err != nil {
+						return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+					}
+					if err := checkFinite(j.entry.Name, (j.row0+r)*int64(j.entry.Shape[0]), rows); err != nil {
+						return err
+					}
+					piece := j
+					piece.row0, piece.n = j.row0+r, m
+					if err := encodeRows(buf[r*rb:(r+m)*rb], rows, piece, rb); err != nil {
+						return fmt.Errorf("quantize: tensor %q: %w", j.entry.Name, err)
+					}
 				}
 				inRows := j.entry.InBytes / max(j.src.Rows(), 1)
 				d := done{seq: j.seq, entry: j.entry, data: buf, last: j.row0+j.n == j.src.Rows(), in: inRows * j.n}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/phonellm/phonellm/internal/half"
 	"github.com/phonellm/phonellm/pipeline/gguf"
@@ -51,6 +52,7 @@ func OpenGGUF(path string) (*Source, error) {
 		return nil, err
 	}
 	src := &Source{Name: path, Arch: f.Architecture(), KVs: f.KVs, Close: f.Close}
+	var rawPool sync.Pool // stored bytes of a row block, reused across calls and goroutines
 	if src.Arch == "" {
 		f.Close()
 		return nil, &gguf.FormatError{File: path, Offset: -1, Msg: "general.architecture is missing"}
@@ -86,7 +88,12 @@ func OpenGGUF(path string) (*Source, error) {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				raw := make([]byte, n*rowBytes)
+				var raw []byte
+				if b, ok := rawPool.Get().(*[]byte); ok {
+					raw = *b
+				}
+				raw = grow(raw, int(n*rowBytes))
+				defer rawPool.Put(&raw)
 				if _, err := sr.ReadAt(raw, row0*rowBytes); err != nil {
 					return nil, fmt.Errorf("%s: tensor %q rows %d..%d: %w", path, ti.Name, row0, row0+n, err)
 				}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/phonellm/phonellm/internal/fsx"
 )
 
 // TestDirectWriter writes the same file through the page cache and with direct I/O (chunks filled by writes
@@ -15,7 +17,7 @@ func TestDirectWriter(t *testing.T) {
 	dir := t.TempDir()
 	plan := []WriteInfo{
 		{Name: "a", DType: U8, Shape: []int64{3}},
-		{Name: "b", DType: F32, Shape: []int64{directChunk/4 + 1_000_003}},
+		{Name: "b", DType: F32, Shape: []int64{int64(directOptions.Chunk/4 + 1_000_003)}},
 		{Name: "c", DType: BF16, Shape: []int64{7}},
 	}
 	body := make([]byte, plan[0].Size()+plan[1].Size()+plan[2].Size())
@@ -60,7 +62,7 @@ func TestDirectWriter(t *testing.T) {
 	if w2.SHA256() != hex.EncodeToString(sum[:]) || w2.SHA256() != w1.SHA256() || w2.Size() != int64(len(b2)) {
 		t.Fatalf("sha256/size: direct %s %d, buffered %s, file %x %d", w2.SHA256(), w2.Size(), w1.SHA256(), sum, len(b2))
 	}
-	if len(b2)%directAlign == 0 {
+	if len(b2)%fsx.DirectAlign == 0 {
 		t.Fatalf("test file of %d bytes does not exercise the padded tail", len(b2))
 	}
 	f, err := Open(p2)
@@ -73,7 +75,7 @@ func TestDirectWriter(t *testing.T) {
 // TestDirectWriterAbort leaves nothing behind when a direct write is abandoned with a chunk in flight.
 func TestDirectWriterAbort(t *testing.T) {
 	dir := t.TempDir()
-	plan := []WriteInfo{{Name: "b", DType: U8, Shape: []int64{3 * directChunk}}}
+	plan := []WriteInfo{{Name: "b", DType: U8, Shape: []int64{int64(3 * directOptions.Chunk)}}}
 	w, err := CreateWith(filepath.Join(dir, "x.safetensors"), plan, nil, WriterOptions{Direct: true})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func TestDirectWriterAbort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Write(make([]byte, directChunk+5)); err != nil {
+	if _, err := s.Write(make([]byte, directOptions.Chunk+5)); err != nil {
 		t.Fatal(err)
 	}
 	w.Abort()

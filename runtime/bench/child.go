@@ -17,6 +17,8 @@ type Child struct {
 	Seconds float64
 	// PeakRSS is the child's peak resident set in bytes (getrusage ru_maxrss); 0 where the system does not say.
 	PeakRSS int64
+	// CPUSeconds is the child's user plus system CPU time (getrusage).
+	CPUSeconds float64
 }
 
 // RunChild runs argv (argv[0] is the program) with env in a child process and measures it, so that a peak
@@ -33,6 +35,7 @@ func RunChild(ctx context.Context, argv, env []string, stderr io.Writer) (Child,
 	out, err := c.Output()
 	res := Child{Stdout: out, Seconds: time.Since(start).Seconds()}
 	if c.ProcessState != nil {
+		res.CPUSeconds = (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
 		if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok && ru != nil {
 			res.PeakRSS = int64(ru.Maxrss) * 1024 // kilobytes on Linux
 		}

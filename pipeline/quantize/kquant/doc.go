@@ -91,6 +91,35 @@
 // vectors, and under fuzzing. The grid tables (table_*.go) are format constants
 // transcribed from ggml-common.h and ggml-quants.c with their citation.
 //
+// # Vector kernels
+//
+// On amd64 CPUs with AVX2 and F16C the Format table runs AVX2 kernels
+// (*_amd64.s, driven by lanes.go) for Q4_0, Q8_0, Q2_K … Q6_K, IQ4_NL and
+// IQ4_XS, and QuantizeWeighted for the searches of Q2_K … Q6_K, IQ4_NL and
+// IQ4_XS with an importance matrix (the same lane kernels, given the
+// weights); every other CPU (arm64 included), and amd64 builds with -tags
+// purego, run the plain Go kernels. The searches run one block per vector
+// lane: the 8 sub-blocks of a Q4_K/Q5_K/IQ4_XS super-block (or 8
+// consecutive IQ4_NL blocks), the 16 of a Q2_K/Q3_K/Q6_K super-block in two
+// vectors. The values are transposed so that lane j of row i holds value i
+// of block j; each lane then performs exactly the float32 operations of the
+// scalar code for its block, in the same order (sums accumulate element 0,
+// 1, 2, …; VMULPS then VADDPS, never FMA), conditions become per-lane masks
+// and blends, and a loop that the scalar code leaves early runs until every
+// lane would have left it (a step that changes nothing in the lanes that
+// already stopped). Q4_0/Q8_0 run one block per iteration, taking the
+// largest magnitude by a vector maximum (its order does not matter on
+// finite values) and emulating roundf exactly. A block holding a NaN or Inf
+// goes to the plain kernel, whose NaN propagation the lanes do not copy, and
+// so does a weighted block with a NaN or Inf weight (or, for the searches
+// whose error sums stop early, a negative one).
+// vector_test.go checks every vector kernel against the plain kernel and
+// the reference on adversarial blocks (lanes taking different branches,
+// all-equal and all-zero sub-blocks, subnormals, nearest_int ties, sums that
+// overflow, random finite bit patterns, exact cancellations) and the struct
+// offsets the assembly uses; the goldens and the cross-build digest run on
+// the vector kernels wherever the CPU has them.
+//
 // # Testing
 //
 // golden_test.go walks testdata/ggml-golden/manifest.json (156 cases
@@ -104,8 +133,9 @@
 // port of ggml's init loop. digest_test.go hashes every kernel's output on a
 // set of adversarial finite inputs and compares it with the value of the
 // GOAMD64=v1 build, extending the no-fusion check beyond the goldens.
-// scripts/test-kernels-cross.sh repeats the tests with GOAMD64=v1, v3 and on
-// arm64 under qemu, where Go would fuse a*b+c if a kernel let it.
+// scripts/test-kernels-cross.sh repeats the tests with GOAMD64=v1, v3, v3
+// with -tags purego (the plain kernels) and on arm64 under qemu, where Go
+// would fuse a*b+c if a kernel let it.
 // fuzz_test.go and fuzz_imatrix_test.go feed arbitrary values and importance
 // vectors to every path.
 package kquant

@@ -352,7 +352,6 @@ func fastQ2KWeighted(y []byte, xs, qw []float32) {
 	var L [256]uint8
 	var mins, scales, sw [16]float32
 	var weight [16]float32
-	var Ls, Lm [16]uint8
 	sigma2 := sumSquares(x[:]) / 256
 	for j := 0; j < 16; j++ {
 		xb := (*[16]float32)(x[16*j : 16*j+16])
@@ -362,6 +361,15 @@ func fastQ2KWeighted(y []byte, xs, qw []float32) {
 		}
 		scales[j], mins[j] = qkx3Fast16(xb, &weight, (*[16]uint8)(L[16*j:16*j+16]), 3)
 	}
+	finishQ2KWeighted(y, &L, x, &scales, &mins, &sw)
+}
+
+// finishQ2KWeighted quantizes the sub-block scales and mins with
+// make_qp_quants, stores d and dmin, re-quantizes every sub-block with the
+// stored values and packs (the end of quantize_row_q2_K_impl).
+func finishQ2KWeighted(y []byte, L *[256]uint8, x *[256]float32, scales, mins, sw *[16]float32) {
+	y = y[:84]
+	var Ls, Lm [16]uint8
 	dm := makeQPQuants(16, 15, scales[:], Ls[:], sw[:])
 	mm := makeQPQuants(16, 15, mins[:], Lm[:], sw[:])
 	putFP16(y[80:], dm)

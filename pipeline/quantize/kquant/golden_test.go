@@ -88,8 +88,8 @@ type kernel func(dst []byte, src []float32, nb int)
 
 // referenceKernels are the plain reference encoders, one block per call.
 var referenceKernels = map[uint32]kernel{
-	TypeQ4_0: quantizeQ4_0, TypeQ4_1: quantizeQ4_1, TypeQ5_0: quantizeQ5_0, TypeQ5_1: quantizeQ5_1,
-	TypeQ8_0: quantizeQ8_0,
+	TypeQ4_0: refQ4_0, TypeQ4_1: quantizeQ4_1, TypeQ5_0: quantizeQ5_0, TypeQ5_1: quantizeQ5_1,
+	TypeQ8_0: refQ8_0,
 	TypeQ2_K: blockLoop(84, 256, refQ2K), TypeQ3_K: blockLoop(110, 256, refQ3K),
 	TypeQ4_K: blockLoop(144, 256, refQ4K), TypeQ5_K: blockLoop(176, 256, refQ5K),
 	TypeQ6_K:   blockLoop(210, 256, refQ6K),

@@ -8,9 +8,9 @@ import (
 // The 32-value formats (ggml-quants.c quantize_row_q{4_0,4_1,5_0,5_1,8_0}_ref
 // and dequantize_row_*). These are cheap and are used as written.
 
-// quantizeQ4_0: d = max/-8 (max = the signed value of largest magnitude,
+// refQ4_0: d = max/-8 (max = the signed value of largest magnitude,
 // first one wins), q = MIN(15, (int8)(x*id + 8.5)).
-func quantizeQ4_0(dst []byte, src []float32, nb int) {
+func refQ4_0(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		x := src[i*32 : i*32+32 : i*32+32]
 		y := dst[i*18 : i*18+18 : i*18+18]
@@ -124,7 +124,7 @@ func quantizeQ5_1(dst []byte, src []float32, nb int) {
 	}
 }
 
-func quantizeQ8_0(dst []byte, src []float32, nb int) {
+func refQ8_0(dst []byte, src []float32, nb int) {
 	for i := 0; i < nb; i++ {
 		x := src[i*32 : i*32+32 : i*32+32]
 		y := dst[i*34 : i*34+34 : i*34+34]

@@ -209,12 +209,16 @@ func refQ45K(hdr []byte, L *[256]uint8, x []float32, nmax int, rmin float32, nst
 			maxMin = mins[j]
 		}
 	}
-	finishQ45K(hdr, L, x, nmax, &scales, &mins, maxScale, maxMin)
+	finishQ45K(hdr, L, x, nmax, &scales, &mins, maxScale, maxMin, nil)
 }
 
 // finishQ45K quantizes the sub-block scales and mins to 6 bits, stores
-// d/dmin, and re-quantizes every sub-block with the stored values.
-func finishQ45K(hdr []byte, L *[256]uint8, x []float32, nmax int, scales, mins *[8]float32, maxScale, maxMin float32) {
+// d/dmin, and re-quantizes every sub-block with the stored values; L holds
+// the searches' levels, kept for sub-blocks whose stored scale is 0. With
+// lanes != nil those levels are read from the vector kernel's output
+// instead and the re-quantization runs on the vector kernel too (the
+// values are all finite there).
+func finishQ45K(hdr []byte, L *[256]uint8, x []float32, nmax int, scales, mins *[8]float32, maxScale, maxMin float32, lanes *qkx2Lanes) {
 	var invScale, invMin float32
 	if maxScale > 0 {
 		invScale = 63 / maxScale
@@ -237,9 +241,18 @@ func finishQ45K(hdr []byte, L *[256]uint8, x []float32, nmax int, scales, mins *
 		s, m := scaleMinK4(j, sc)
 		d := dd * float32(s)
 		if d == 0 {
+			if lanes != nil {
+				for ii := 0; ii < 32; ii++ {
+					L[32*j+ii] = uint8(lanes.L[ii][j])
+				}
+			}
 			continue
 		}
 		dm := dmin * float32(m)
+		if lanes != nil {
+			requantAVX2(&L[32*j], &x[32*j], 32, d, dm, 0, nmax, 0)
+			continue
+		}
 		for ii := 0; ii < 32; ii++ {
 			l := nearestInt((x[32*j+ii] + dm) / d)
 			L[32*j+ii] = uint8(max32(0, min32(nm, l)))

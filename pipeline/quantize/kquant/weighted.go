@@ -25,16 +25,17 @@ type blockKernel func(y []byte, x, qw []float32)
 type rowKernel func(y []byte, x, qw []float32)
 
 // weightedBlock and weightedRow are the imatrix paths QuantizeWeighted
-// runs (the fast kernel where there is one, else the reference): per block
-// for every format whose weights depend only on the block, per row for
-// Q4_0/Q4_1/Q5_0/Q5_1 (their sigma2 is a row statistic). Q8_0, TQ1_0 and
-// TQ2_0 are absent: ggml ignores the importance matrix for them. The tests
-// hold the matching reference tables.
+// runs (the vector or fast kernel where there is one, else the reference):
+// per block for every format whose weights depend only on the block, per
+// row for Q4_0/Q4_1/Q5_0/Q5_1 (their sigma2 is a row statistic) and IQ4_NL
+// (whose vector kernel takes 8 blocks at a time). Q8_0, TQ1_0 and TQ2_0 are
+// absent: ggml ignores the importance matrix for them. The tests hold the
+// matching reference tables.
 var (
 	weightedBlock = map[uint32]blockKernel{
-		TypeQ2_K: fastQ2KWeighted, TypeQ3_K: refQ3KWeighted, TypeQ4_K: fastQ4KWeighted,
-		TypeQ5_K: fastQ5KWeighted, TypeQ6_K: refQ6KWeighted,
-		TypeIQ4_NL: fastIQ4NLWeighted, TypeIQ4_XS: fastIQ4XSWeighted,
+		TypeQ2_K: weightedQ2K, TypeQ3_K: weightedQ3K, TypeQ4_K: weightedQ4K,
+		TypeQ5_K: weightedQ5K, TypeQ6_K: weightedQ6K,
+		TypeIQ4_XS:  weightedIQ4XS,
 		TypeIQ2_XXS: fastIQ2XXS, TypeIQ2_XS: fastIQ2XS, TypeIQ2_S: fastIQ2S,
 		TypeIQ3_XXS: fastIQ3XXS, TypeIQ3_S: fastIQ3S,
 		TypeIQ1_S: fastIQ1S, TypeIQ1_M: fastIQ1M,
@@ -42,6 +43,7 @@ var (
 	weightedRow = map[uint32]rowKernel{
 		TypeQ4_0: refQ4_0Weighted, TypeQ4_1: fastQ4_1Weighted,
 		TypeQ5_0: refQ5_0Weighted, TypeQ5_1: fastQ5_1Weighted,
+		TypeIQ4_NL: weightedIQ4NLRow,
 	}
 )
 

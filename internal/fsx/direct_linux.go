@@ -1,4 +1,4 @@
-package safetensors
+package fsx
 
 import (
 	"errors"

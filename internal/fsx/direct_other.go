@@ -1,6 +1,6 @@
 //go:build !linux
 
-package safetensors
+package fsx
 
 import "syscall"
 
