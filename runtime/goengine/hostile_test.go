@@ -70,12 +70,12 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 func TestQuantizedCacheNeedsWholeBlocks(t *testing.T) {
 	dir := t.TempDir()
 	path := writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 69})
-	_, err := Load(context.Background(), Options{Path: path, Threads: 1, KVCacheType: "q8_0"})
+	_, err := Load(context.Background(), Options{Path: path, Threads: 1, KVCacheType: "q8_0", FlashAttention: true})
 	var me *modelcheck.Error
 	if !errors.As(err, &me) || !strings.Contains(err.Error(), "q8_0") {
 		t.Fatalf("q8_0 cache with 16-wide heads: %v", err)
 	}
-	if e, err := Load(context.Background(), Options{Path: writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 70, headDim: 32, heads: 2, kvHeads: 1}), Threads: 1, KVCacheType: "q8_0"}); err != nil {
+	if e, err := Load(context.Background(), Options{Path: writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 70, headDim: 32, heads: 2, kvHeads: 1}), Threads: 1, KVCacheType: "q8_0", FlashAttention: true}); err != nil {
 		t.Fatalf("q8_0 cache with 32-wide heads: %v", err)
 	} else {
 		e.Close()
