@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -167,7 +168,7 @@ func (c *Card) Render() ([]byte, error) {
 	}
 	enc.Close()
 	b.WriteString("---\n\n")
-	fmt.Fprintf(&b, "# %s\n\n", c.Name)
+	fmt.Fprintf(&b, "# %s\n\n", inline(c.Name))
 	if c.Description != "" {
 		b.WriteString(strings.TrimSpace(c.Description) + "\n\n")
 	}
@@ -275,6 +276,19 @@ func code(s string) string {
 		return ""
 	}
 	return "`" + s + "`"
+}
+
+// inline makes s safe as one line of Markdown text: the name may come from a downloaded GGUF's general.name,
+// so line breaks and control characters (which would start new blocks: headings, links, front matter) become
+// spaces, and HTML is shown as text rather than rendered.
+func inline(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
 // cell escapes a Markdown table cell.

@@ -110,3 +110,21 @@ func TestCardValidateAndDefaults(t *testing.T) {
 		t.Fatal(humanBytes(5_700_000_000))
 	}
 }
+
+// TestCardTitleFromStrangerName: a GGUF's general.name becomes the card's title; a name carrying a line break
+// and HTML must not add blocks (a heading, a link, a script tag) to the rendered card.
+func TestCardTitleFromStrangerName(t *testing.T) {
+	c := fullCard()
+	c.Name = "evil\n\n## Install\n[click](https://evil.example)<script>alert(1)</script>"
+	got, err := c.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(got)
+	if strings.Contains(s, "\n## Install") || strings.Contains(s, "<script>") {
+		t.Fatalf("the name added Markdown blocks or HTML to the card:\n%s", s)
+	}
+	if !strings.Contains(s, "# evil  ## Install [click](https://evil.example)&lt;script&gt;alert(1)&lt;/script&gt;\n") {
+		t.Fatalf("title not rendered as one line of text:\n%s", s)
+	}
+}
