@@ -72,6 +72,33 @@ func (o *SuperviseOptions) defaults() {
 // maxLog is the size at which a process's log is rotated (to <log>.1) when the process (re)starts.
 const maxLog = 8 << 20
 
+// lockWait is how long a new supervisor waits for the deployment's lock: a supervisor that was just killed
+// releases it only once the kernel has torn down all of its threads, which on a loaded machine can come after
+// its children have already seen it die (their parent-death signal follows the forking thread, not the process).
+const lockWait = 5 * time.Second
+
+// takeLock takes the exclusive lock at path, retrying for up to wait while another process holds it.
+func takeLock(ctx context.Context, path string, wait time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		lock, held, err := lockFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+		if held {
+			return lock, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.New("another supervisor runs this deployment")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // Supervise runs the processes of a recorded deployment — its replicas and its gateway — until ctx ends or
 // the process gets SIGTERM/SIGINT (what Stop sends), restarting any that exits or stops answering, then stops
 // them all and records the deployment as stopped. It is the body of `phonellm fleet supervise`. Only one
@@ -90,12 +117,9 @@ func Supervise(ctx context.Context, o SuperviseOptions) error {
 	if err := os.MkdirAll(runDir(o.Store, o.ID), 0o700); err != nil {
 		return fmt.Errorf("local: supervise %s: %w", o.ID, err)
 	}
-	lock, held, err := lockFile(lockPath(o.Store, o.ID))
+	lock, err := takeLock(ctx, lockPath(o.Store, o.ID), lockWait)
 	if err != nil {
-		return fmt.Errorf("local: supervise %s: lock: %w", o.ID, err)
-	}
-	if !held {
-		return fmt.Errorf("local: supervise %s: another supervisor runs this deployment", o.ID)
+		return fmt.Errorf("local: supervise %s: %w", o.ID, err)
 	}
 	defer lock.Close()
 	d, err := o.Store.Load(o.ID)
