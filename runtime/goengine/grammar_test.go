@@ -95,6 +95,29 @@ func equivCases() []equivCase {
 				return nil
 			}, nil},
 		{"schema string pattern", schema(`{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,3}$"}`), regexCheck(`"[A-Z]{2}-[0-9]{2,3}"( |\n{1,2}[ \t]{0,20})?`), nil},
+		{"schema $ref", schema(`{"$defs":{"level":{"type":"integer","minimum":1,"maximum":5},"code":{"type":"string","pattern":"^[A-Z]{2}$"}},
+			"type":"object","properties":{"level":{"$ref":"#/$defs/level"},"codes":{"type":"array","items":{"$ref":"#/$defs/code"},"maxItems":2}},
+			"required":["level","codes"],"additionalProperties":false}`),
+			func(s string) error {
+				var v struct {
+					Level *int
+					Codes []string
+				}
+				d := json.NewDecoder(strings.NewReader(s))
+				d.DisallowUnknownFields()
+				if err := d.Decode(&v); err != nil || d.More() {
+					return fmt.Errorf("%q: not one JSON object of the schema: %v", s, err)
+				}
+				if v.Level == nil || *v.Level < 1 || *v.Level > 5 || v.Codes == nil || len(v.Codes) > 2 {
+					return fmt.Errorf("%q: level or codes", s)
+				}
+				for _, c := range v.Codes {
+					if !regexp.MustCompile(`\A[A-Z]{2}\z`).MatchString(c) {
+						return fmt.Errorf("%q: code %q", s, c)
+					}
+				}
+				return nil
+			}, nil},
 	}
 }
 
