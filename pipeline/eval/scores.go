@@ -319,7 +319,9 @@ func splitProbs(answers []string, entries []lpEntry, s int, prefix string, live 
 	alts := []alt{{taken, e.Logprob}}
 	for _, a := range e.Top {
 		t := tokenText(a.Token, a.Bytes)
-		if !slices.ContainsFunc(alts, func(x alt) bool { return x.text == t }) {
+		// A token without text (end of generation, a control token) writes
+		// none of the answers: its probability is no label's.
+		if t != "" && !slices.ContainsFunc(alts, func(x alt) bool { return x.text == t }) {
 			alts = append(alts, alt{t, a.Logprob})
 		}
 	}

@@ -61,6 +61,10 @@ func TestLabelProbs(t *testing.T) {
 				Logprob float64 `json:"logprob"`
 				Bytes   []int   `json:"bytes"`
 			}{{"\uFFFD", math.Log(0.9), []int{0xa9}}, {"\uFFFD", math.Log(0.1), []int{0xa8}}}}}, []float64{0.9, 0.1}},
+		// Tokens without text among the alternatives (the end of generation,
+		// control tokens) are no label's: <|im_end|> (0.3) and <|im_start|>
+		// (0.1) do not split among the labels.
+		{"empty alternatives", risk, append(prefix, entry("2", 0.4, "2", 0.4, "", 0.3, "", 0.1, "5", 0.2)), []float64{0, 0.4 / 0.6, 0, 0, 0.2 / 0.6}},
 		// The answer never reaches the labels.
 		{"no answer", risk, []lpEntry{entry("I", 1), entry(" refuse", 1)}, nil},
 		// A token spanning the end of the shared prefix and the label: no step to read.

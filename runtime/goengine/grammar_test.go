@@ -8,8 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/phonellm/phonellm/internal/testkit/realvocab"
 	"github.com/phonellm/phonellm/runtime/engine"
 	"github.com/phonellm/phonellm/runtime/grammar"
 )
@@ -95,6 +98,29 @@ func equivCases() []equivCase {
 				return nil
 			}, nil},
 		{"schema string pattern", schema(`{"type":"string","pattern":"^[A-Z]{2}-[0-9]{2,3}$"}`), regexCheck(`"[A-Z]{2}-[0-9]{2,3}"( |\n{1,2}[ \t]{0,20})?`), nil},
+		{"schema $ref", schema(`{"$defs":{"level":{"type":"integer","minimum":1,"maximum":5},"code":{"type":"string","pattern":"^[A-Z]{2}$"}},
+			"type":"object","properties":{"level":{"$ref":"#/$defs/level"},"codes":{"type":"array","items":{"$ref":"#/$defs/code"},"maxItems":2}},
+			"required":["level","codes"],"additionalProperties":false}`),
+			func(s string) error {
+				var v struct {
+					Level *int
+					Codes []string
+				}
+				d := json.NewDecoder(strings.NewReader(s))
+				d.DisallowUnknownFields()
+				if err := d.Decode(&v); err != nil || d.More() {
+					return fmt.Errorf("%q: not one JSON object of the schema: %v", s, err)
+				}
+				if v.Level == nil || *v.Level < 1 || *v.Level > 5 || v.Codes == nil || len(v.Codes) > 2 {
+					return fmt.Errorf("%q: level or codes", s)
+				}
+				for _, c := range v.Codes {
+					if !regexp.MustCompile(`\A[A-Z]{2}\z`).MatchString(c) {
+						return fmt.Errorf("%q: code %q", s, c)
+					}
+				}
+				return nil
+			}, nil},
 	}
 }
 
@@ -102,13 +128,42 @@ func equivCases() []equivCase {
 // over the cases, each accepted by its independent matcher.
 func TestGrammarSamplesThroughEngine(t *testing.T) {
 	e := load(t, tinySpec{arch: "qwen3", seed: 83}, Options{Parallel: 4, ContextLength: 512})
+	sampleCases(t, e, 1000)
+}
+
+// TestGrammarSamplesRealVocab: the same over Qwen3's real vocabulary (a
+// tiny model carrying it, internal/testkit/realvocab), whose tokens span
+// several grammar symbols at once ({", ":", RISK, _LEVEL, multi-byte
+// pieces): 100 outputs, each accepted by its independent matcher.
+func TestGrammarSamplesRealVocab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("converts a model with a 151,936-token vocabulary")
+	}
+	e, err := Load(t.Context(), Options{Path: realvocab.GGUF(t), Threads: 1, Parallel: 2, ContextLength: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	if n := sampleCases(t, e, 100); n == 0 {
+		t.Fatal("no sample used a token of several characters")
+	} else {
+		t.Logf("%d tokens of several characters in the samples", n)
+	}
+}
+
+// sampleCases samples total outputs at temperature 1.5, cycling through
+// the cases, and checks each with its case's matcher. It returns how many
+// sampled tokens spell more than one character.
+func sampleCases(t *testing.T, e *Engine, total int) int {
+	t.Helper()
 	prompt, err := e.Tokenize(context.Background(), "<|im_start|>user\nanswer<|im_end|>\n<|im_start|>assistant\n", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cases := equivCases()
-	const total = 1000
 	var wg sync.WaitGroup
+	var multi atomic.Int64
+	v := e.Vocabulary()
 	errs := make(chan error, total)
 	sem := make(chan struct{}, 4)
 	for i := range total {
@@ -132,6 +187,11 @@ func TestGrammarSamplesThroughEngine(t *testing.T) {
 				if err := c.check(r.Text); err != nil {
 					errs <- fmt.Errorf("%s seed %d: %v", c.name, seed, err)
 				}
+				for _, id := range r.Tokens {
+					if utf8.RuneCountInString(v.Piece(id)) > 1 {
+						multi.Add(1)
+					}
+				}
 			}
 		})
 	}
@@ -140,6 +200,7 @@ func TestGrammarSamplesThroughEngine(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	return int(multi.Load())
 }
 
 // TestGrammarReachableThroughEngine: for the finite cases, the texts the

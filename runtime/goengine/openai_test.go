@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ import (
 // output parses every time and satisfies the schema (100 random prompts),
 // logprobs with top_logprobs 5 agree with the engine's own logits (its full
 // distribution, from the eval machinery's Logits) to 1e-4 in probability,
+// streamed entries equal the answer's entries not streamed,
 // and a forced tool call's arguments satisfy the tool's schema, streamed
 // and not.
 func TestOpenAIClientContract(t *testing.T) {
@@ -76,6 +78,10 @@ func TestOpenAIClientContract(t *testing.T) {
 				Content  []api.TokenLogprobOut
 				Text     string
 			}
+			StreamedLogprobs struct {
+				Content []api.TokenLogprobOut
+				Text    string
+			}
 			Tool struct {
 				Name, Arguments, ID, Finish string
 				Content                     *string
@@ -98,6 +104,9 @@ func TestOpenAIClientContract(t *testing.T) {
 		}
 		t.Logf("%s: first objects %s %s; tool call %s(%s)", base, got.Objects[0], got.Objects[1], got.Tool.Name, got.Tool.Arguments)
 		checkLogprobs(t, e, ids, got.Logprobs.Messages, got.Logprobs.Content, got.Logprobs.Text)
+		if sl := got.StreamedLogprobs; sl.Text != got.Logprobs.Text || !sameLogprobs(sl.Content, got.Logprobs.Content) {
+			t.Fatalf("%s: streamed logprobs %q %+v, not streamed %q %+v", base, sl.Text, sl.Content, got.Logprobs.Text, got.Logprobs.Content)
+		}
 		if got.Tool.Name != "report_risk" || got.Tool.Finish != "tool_calls" || got.Tool.Content != nil || !strings.HasPrefix(got.Tool.ID, "call_") {
 			t.Fatalf("%s: tool call %+v", base, got.Tool)
 		}
@@ -109,6 +118,30 @@ func TestOpenAIClientContract(t *testing.T) {
 			t.Fatalf("%s: streamed %+v, not streamed %+v", base, sc, got.Tool)
 		}
 	}
+}
+
+// sameLogprobs compares two answers' entries: the same tokens and
+// alternatives, probabilities within 1e-4 (the second request reuses the
+// first one's cached prompt, whose last position may then be computed in a
+// different batch, which moves the first step's logits in the last bits).
+func sameLogprobs(a, b []api.TokenLogprobOut) bool {
+	near := func(x, y float64) bool { return math.Abs(math.Exp(x)-math.Exp(y)) < 1e-4 }
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Token != y.Token || !reflect.DeepEqual(x.Bytes, y.Bytes) || !near(x.Logprob, y.Logprob) || len(x.TopLogprobs) != len(y.TopLogprobs) {
+			return false
+		}
+		for j := range x.TopLogprobs {
+			p, q := x.TopLogprobs[j], y.TopLogprobs[j]
+			if p.Token != q.Token || !reflect.DeepEqual(p.Bytes, q.Bytes) || !near(p.Logprob, q.Logprob) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkRiskObject checks an object against the script's schema,

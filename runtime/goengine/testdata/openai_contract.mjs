@@ -4,7 +4,7 @@
 //   objects: the parsed structured outputs of N random prompts (a JSON
 //     schema with bounded strings), or the parse error of each failure;
 //   logprobs: the logprobs content of one greedy answer with top_logprobs 5,
-//     and the messages it answered;
+//     and the messages it answered; streamedLogprobs: the same streamed;
 //   tool: the forced call's name and arguments, not streamed and streamed.
 import {join} from "node:path";
 import {pathToFileURL} from "node:url";
@@ -48,6 +48,14 @@ for (let i = 0; i < Number(n); i++) {
 const lpMessages = [{role: "user", content: "Transaction of 900 EUR at 3am from a new device. Risk?"}];
 const lp = await client.chat.completions.create({model: "tiny", messages: lpMessages, temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 5});
 out.logprobs = {messages: lpMessages, content: lp.choices[0].logprobs.content, text: lp.choices[0].message.content};
+// The same answer streamed: its entries arrive with the chunks that show their text.
+const lpStream = await client.chat.completions.create({model: "tiny", messages: lpMessages, temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 5, stream: true});
+out.streamedLogprobs = {content: [], text: ""};
+for await (const ch of lpStream) {
+	const c = ch.choices[0];
+	out.streamedLogprobs.text += c?.delta?.content ?? "";
+	out.streamedLogprobs.content.push(...(c?.logprobs?.content ?? []));
+}
 
 const tools = [{
 	type: "function",
