@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,12 +93,13 @@ func TestRefusesNonFiniteWeights(t *testing.T) {
 }
 
 // TestCheckFinite finds the first non-finite value (NaN of any payload, ±Inf) at every position of rows of
-// every length up to 40, and passes rows of finite extremes (largest, subnormal, signed zeros).
+// every length up to 100 (the AVX2 check takes 32 values at a time, the rest go through the plain loop), and
+// passes rows of finite extremes (largest, subnormal, signed zeros).
 func TestCheckFinite(t *testing.T) {
 	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)),
 		math.Float32frombits(0x7F800001), math.Float32frombits(0xFFFFFFFF)}
 	good := []float32{math.MaxFloat32, -math.MaxFloat32, 1e-45, -1e-45, 0, float32(math.Copysign(0, -1)), 1.17549435e-38, 3}
-	for n := 0; n <= 40; n++ {
+	for n := 0; n <= 100; n++ {
 		rows := make([]float32, n)
 		for i := range rows {
 			rows[i] = good[i%len(good)]
@@ -117,6 +119,43 @@ func TestCheckFinite(t *testing.T) {
 					t.Fatalf("n=%d, %v at %d: err = %v", n, b, pos, err)
 				}
 			}
+		}
+	}
+}
+
+// TestCheckFiniteRandomBits compares checkFinite with a value-by-value test on rows of random bit patterns
+// (every exponent, so NaNs and infinities among finite extremes) and of finite values with one rare
+// non-finite value, at odd offsets and lengths.
+func TestCheckFiniteRandomBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 5))
+	for it := 0; it < 3000; it++ {
+		off, n := r.IntN(8), r.IntN(300)
+		buf := make([]float32, off+n)
+		rows := buf[off:]
+		for i := range rows {
+			if it%2 == 0 {
+				rows[i] = math.Float32frombits(r.Uint32()&^0x7F800000 | uint32(r.IntN(255))<<23)
+			} else {
+				rows[i] = math.Float32frombits(r.Uint32())
+			}
+		}
+		if it%2 == 0 && n > 0 && r.IntN(2) == 0 {
+			rows[r.IntN(n)] = math.Float32frombits(0x7F800000 | r.Uint32()&0x807FFFFF)
+		}
+		want := int64(-1)
+		for i, v := range rows {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				want = int64(i)
+				break
+			}
+		}
+		err := checkFinite("t", 0, rows)
+		var de *DataError
+		switch {
+		case want < 0 && err != nil:
+			t.Fatalf("iteration %d: finite row of %d values: %v", it, n, err)
+		case want >= 0 && (!errors.As(err, &de) || de.Index != want):
+			t.Fatalf("iteration %d: first non-finite value at %d of %d: err = %v", it, want, n, err)
 		}
 	}
 }
