@@ -66,16 +66,17 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 }
 
 // TestQuantizedCacheNeedsWholeBlocks: a q8_0 KV cache stores key rows in 32-element blocks; 16-wide heads made
-// ggml assert when the cache was allocated.
+// ggml assert when the cache was allocated. (A quantized cache needs flash attention, which Options.Validate
+// checks first: without it Ollama's engine keeps V transposed, which a block-quantized tensor cannot hold.)
 func TestQuantizedCacheNeedsWholeBlocks(t *testing.T) {
 	dir := t.TempDir()
 	path := writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 69})
-	_, err := Load(context.Background(), Options{Path: path, Threads: 1, KVCacheType: "q8_0"})
+	_, err := Load(context.Background(), Options{Path: path, Threads: 1, KVCacheType: "q8_0", FlashAttention: true})
 	var me *modelcheck.Error
 	if !errors.As(err, &me) || !strings.Contains(err.Error(), "q8_0") {
 		t.Fatalf("q8_0 cache with 16-wide heads: %v", err)
 	}
-	if e, err := Load(context.Background(), Options{Path: writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 70, headDim: 32, heads: 2, kvHeads: 1}), Threads: 1, KVCacheType: "q8_0"}); err != nil {
+	if e, err := Load(context.Background(), Options{Path: writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 70, headDim: 32, heads: 2, kvHeads: 1}), Threads: 1, KVCacheType: "q8_0", FlashAttention: true}); err != nil {
 		t.Fatalf("q8_0 cache with 32-wide heads: %v", err)
 	} else {
 		e.Close()
