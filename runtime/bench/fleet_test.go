@@ -127,7 +127,9 @@ func TestRunFleetCompare(t *testing.T) {
 	var reps []gateway.Replica
 	for i := range 3 {
 		s := api.New(api.Options{})
-		s.SetEngine(enginetest.NewFake(enginetest.Options{ID: "tiny", ContextLength: 8192, PromptDelay: 20 * time.Microsecond,
+		// 50 µs a prompt token: a miss (~2,700 tokens) costs ~135 ms, far more than a busy machine or the race
+		// detector adds to a request, so the gateway's choice to wait for a rubric's replica is not a coin toss.
+		s.SetEngine(enginetest.NewFake(enginetest.Options{ID: "tiny", ContextLength: 8192, PromptDelay: 50 * time.Microsecond,
 			Reply: func(string) string { return "RISK_LEVEL: 1" }}))
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -10,7 +10,9 @@
 // llama-server's timings, in answers and streams) and from the gateway's own timing, so briefly queueing for
 // the prefix wins whenever a miss costs more than the queue. Unkeyed requests, and any request sent with
 // "Phonellm-Routing: load", are routed least-outstanding-requests within each replica's free slots (the
-// lowest in-flight/slots ratio wins). A replica with S slots gets at most S requests at once from the gateway.
+// lowest in-flight/slots ratio wins). A replica marked down (a request could not reach it, or a probe failed)
+// holds no key from then on: its keys go to live replicas, at the latest one HealthInterval after it died. A
+// replica with S slots gets at most S requests at once from the gateway.
 // When a request must wait, it waits in a bounded FIFO queue (QueueSize, QueueTimeout) and then gets 429 with
 // Retry-After. Slots come from the replica's configuration, else from its GET /health ("slots", or
 // "slots_idle" + "slots_processing"), else from "phonellm_slots_total" on its /metrics, else 1. Per replica,

@@ -322,6 +322,7 @@ func (p *pool) release(l *lease, o outcome, detail string, code int, ttfb time.D
 			// The process or tunnel is gone: stop routing to it until a probe says otherwise.
 			r.healthy = false
 			r.downAt = now
+			r.dropAll()
 			p.o.Logger.Warn("replica down", "replica", r.conf().Name, "error", detail)
 		}
 		// Eject after FailureThreshold consecutive failures, or after one failure on probation (the first
@@ -376,6 +377,7 @@ func (p *pool) probed(r *replica, start time.Time, ok bool, slots int, models []
 	case !ok:
 		if r.healthy {
 			p.o.Logger.Warn("replica unhealthy", "replica", r.conf().Name, "error", errText)
+			r.dropAll()
 		}
 		r.healthy = false
 		r.lastErr = errText

@@ -498,7 +498,8 @@ func (r *replica) dropKey(ks *keyState) {
 	}
 }
 
-// dropAll forgets every prefix r holds (it was removed).
+// dropAll forgets every prefix r holds: it was removed, or went down (a replica that comes back has most likely
+// restarted with an empty cache; one that kept its cache shows it by reporting hits, and takes its keys back).
 func (r *replica) dropAll() {
 	for _, ks := range r.recent {
 		if i := indexOf(ks.holders, r); i >= 0 {

@@ -185,6 +185,41 @@ func TestChooseDeadHolder(t *testing.T) {
 	}
 }
 
+// TestDownReplicaDropsKeys: a replica marked down — by a failed probe, or by a request that could not reach it —
+// holds no key from then on (it most likely comes back restarted, its cache empty), so the keys' later requests
+// are not sent to it as hits when it returns; a replica that is only ejected for failing requests (alive, its
+// cache likely intact) keeps its keys.
+func TestDownReplicaDropsKeys(t *testing.T) {
+	p, r := testPool(t, 3, 2) // two slots: each keeps two prefixes
+	now := time.Now()
+	ks := key(p, 1, 7000, 6300, now)
+	other := key(p, 2, 7000, 6300, now)
+	p.holdKey(r[2], ks)
+	p.holdKey(r[1], ks)
+	p.holdKey(r[0], ks)
+	p.holdKey(r[2], other)
+	p.probed(r[0], now, false, 0, nil, "connection refused")
+	if indexOf(ks.holders, r[0]) >= 0 || len(r[0].recent) != 0 {
+		t.Fatalf("after a failed probe: holders %v, r0 keeps %d keys", ks.holders, len(r[0].recent))
+	}
+	l := p.take(choice{r: r[1], why: routeHolder}, &routeReq{key: 1, ks: ks}, now, now)
+	p.release(l, outDown, "connection reset", 0, 0, usage{})
+	if indexOf(ks.holders, r[1]) >= 0 || len(r[1].recent) != 0 || r[1].healthy {
+		t.Fatalf("after an unreachable request: holders %v, r1 keeps %d keys, healthy %v", ks.holders, len(r[1].recent), r[1].healthy)
+	}
+	// r2 answers 5xx until the circuit breaker ejects it: it keeps its keys.
+	for range p.o.FailureThreshold {
+		l := p.take(choice{r: r[2], why: routeHolder}, &routeReq{key: 1, ks: ks}, now, now)
+		p.release(l, outFailure, "500", 500, 0, usage{})
+	}
+	if r[2].live(time.Now()) {
+		t.Fatal("r2 not ejected")
+	}
+	if len(ks.holders) != 1 || ks.holders[0] != r[2] || len(r[2].recent) != 2 {
+		t.Fatalf("after the ejection: holders %v, r2 keeps %d keys", ks.holders, len(r[2].recent))
+	}
+}
+
 // TestLearnCapacity: a replica that reports reusing a prefix the gateway had counted as evicted keeps more
 // prefixes than its slots (llama-server's host-memory prompt cache); one that reports losing a prefix it was
 // thought to hold keeps fewer.

@@ -66,7 +66,8 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 }
 
 // TestQuantizedCacheNeedsWholeBlocks: a q8_0 KV cache stores key rows in 32-element blocks; 16-wide heads made
-// ggml assert when the cache was allocated.
+// ggml assert when the cache was allocated. (A quantized cache needs flash attention, which Options.Validate
+// checks first: without it Ollama's engine keeps V transposed, which a block-quantized tensor cannot hold.)
 func TestQuantizedCacheNeedsWholeBlocks(t *testing.T) {
 	dir := t.TempDir()
 	path := writeTinyGGUF(t, dir, tinySpec{arch: "qwen3", seed: 69})

@@ -117,10 +117,12 @@ func TestGatewayOverFleet(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The restarted replica serves through the gateway again.
+	// The restarted replica serves through the gateway again. The prompts differ: the gateway routes one prompt
+	// to the replica that holds its prefix (affinity), and new prefixes to a replica with room for them, which
+	// the restarted replica is once the others hold theirs.
 	before := requestsOn(t, ts.URL, eps[0].URL)
-	for range 12 {
-		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"again"}],"max_tokens":2}`))
+	for i := range 12 {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"messages":[{"role":"user","content":"again %d"}],"max_tokens":2}`, i)))
 		req.Header.Set("Authorization", "Bearer gateway-client-key")
 		resp, err := client.Do(req)
 		if err != nil || resp.StatusCode != 200 {
