@@ -45,8 +45,8 @@
 // engine's flash-attention kernel is slower than its plain attention on the CPU, see GoEngineFlashAttention);
 // 24 recurrent checkpoints per slot, all allocated and zeroed at load; tied embeddings loaded twice (ollama
 // ml/backend/ggml creates output.weight as a copy of token_embd); per-pass attention masks (ubatch × KV cells
-// float32) built in Go and copied into a ggml input buffer, both resident through the pass, plus 3 MiB of the
-// pass's other Go memory (Breakdown.Inputs) — serve collects the Go heap and trims the C heap after every prompt
+// float32) built in Go and copied into a ggml input buffer, counted as twice the mask plus 3 MiB of the pass's
+// other memory, a total calibrated against serve (Breakdown.Inputs) — serve collects the Go heap and trims the C heap after every prompt
 // pass, so masks never pile up however late the collector would have run on a busy machine; the scratch copy of
 // the largest matrix the engine repacks, a load-time peak returned to the system when loading ends, counted where
 // it exceeds a pass's buffers (Breakdown.Repack); 16 MiB of process overhead (the Go runtime, ggml and the engine

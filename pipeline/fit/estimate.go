@@ -108,8 +108,8 @@ const (
 	goEngineCheckpoints = 24        // ollama kvcache.DefaultCheckpointCount, reserved at load for every slot
 	goEngineTokenBytes  = 110       // per vocabulary entry: Ollama's tokenizer and the engine's own (measured)
 	goEngineMergeBytes  = 127       // per BPE merge: both tokenizers' merge tables (measured)
-	// Go memory a goengine prompt pass holds besides its masks (batch inputs, logits, the collector's own), on
-	// top of the live heap the engine starts the pass with (measured, rsscheck).
+	// Memory a goengine prompt pass holds outside the graph besides its masks (batch inputs, logits, the
+	// collector's own), on top of what the engine holds after loading (calibrated with the masks, rsscheck).
 	goEnginePassBytes = 3 << 20
 	deltaNetChunk     = 64 // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
 )
@@ -432,9 +432,13 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 	}
 	if o.Engine == GoEngine {
 		// Ollama's causal cache builds each pass's mask (ubatch × n_kv float32) as a Go slice and copies it into a
-		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats): both
-		// copies are resident through the pass. runtime/goengine collects the Go heap and returns it and the C
-		// buffers to the system after every prompt pass, so no more than one pass's masks are ever held.
+		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats).
+		// runtime/goengine collects the Go heap and returns it and the C buffers to the system after every prompt
+		// pass, so no more than one pass's masks are ever held. What a pass adds outside the graph's buffers is
+		// calibrated as a whole, not part by part: twice the mask plus 3 MiB is within a few MiB of the measured
+		// peak from 1024 to 8192 cells, flash attention on and off (rsscheck). The C copy is written in full; the
+		// Go slice is fresh zeroed memory of which only the masked cells are written, and the non-flash path
+		// holds somewhat more than the graph's scores (ggml-cpu's work buffers), which the total absorbs.
 		mask := int64(o.UBatch) * b.KVCells * 4
 		b.Inputs = 2*mask + goEnginePassBytes
 		// runtime/goengine/internal/repack copies each matrix it rearranges into a Go scratch buffer as large as
