@@ -106,8 +106,8 @@ const (
 	goEngineOverhead    = 16 << 20  // Go runtime, ggml and the engine without a model (measured, rsscheck)
 	llamaCppCheckpoints = 2         // --ctx-checkpoints of the phone runtime plan (upstream default 8, newer 32)
 	goEngineCheckpoints = 24        // ollama kvcache.DefaultCheckpointCount, reserved at load for every slot
-	goEngineTokenBytes  = 110       // per vocabulary entry: Ollama's tokenizer and the engine's own (measured)
-	goEngineMergeBytes  = 127       // per BPE merge: both tokenizers' merge tables (measured)
+	goEngineTokenBytes  = 95        // per vocabulary entry: Ollama's tokenizer and the engine's own (measured)
+	goEngineMergeBytes  = 95        // per BPE merge: both tokenizers' merge tables (measured)
 	// Memory a goengine prompt pass holds outside the graph besides its masks (batch inputs, logits, the
 	// collector's own), on top of what the engine holds after loading (calibrated with the masks, rsscheck).
 	goEnginePassBytes = 3 << 20

