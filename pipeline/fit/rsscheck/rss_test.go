@@ -312,12 +312,12 @@ func TestRSSRealVocab(t *testing.T) {
 	checkFile(t, "qwen3-realvocab", realvocab.GGUF(t), false, serveCase{Ctx: 4096, Parallel: 1, UBatch: 512})
 }
 
-// TestRSSHybridFullContext checks the hybrid Qwen3.5 at two corners (the recurrent state, checkpoints and
-// delta-net compute do not depend on the context; the attention layer's part is checked above, and the
-// goengine's flash attention is the slower one to fill 8192 tokens with).
+// TestRSSHybridFullContext checks the hybrid Qwen3.5 at two corners, flash attention on and off (the recurrent
+// state, checkpoints and delta-net compute do not depend on the context, and the attention layer's part is
+// checked up to 8192 above: filling 8192 cells of the hybrid cost 5 to 17 CPU-seconds for nothing more).
 func TestRSSHybridFullContext(t *testing.T) {
 	check(t, modelSpec{name: "qwen35-fill", config: qwen35Fill, f32: []string{"token_embd.weight"}}, false,
-		serveCase{Ctx: 1024, Parallel: 1, UBatch: 512, FlashAttention: true}, serveCase{Ctx: 8192, Parallel: 1, UBatch: 512})
+		serveCase{Ctx: 1024, Parallel: 1, UBatch: 512, FlashAttention: true}, serveCase{Ctx: 4096, Parallel: 1, UBatch: 512})
 }
 
 // TestRSSQwen35Small checks a Qwen3.5-0.8B-shaped model in Q4_0 with two slots: weights (the tied embedding
