@@ -45,12 +45,14 @@
 // engine's flash-attention kernel is slower than its plain attention on the CPU, see GoEngineFlashAttention);
 // 24 recurrent checkpoints per slot, all allocated and zeroed at load; tied embeddings loaded twice (ollama
 // ml/backend/ggml creates output.weight as a copy of token_embd); per-pass attention masks (ubatch × KV cells
-// float32) built in Go and copied into a ggml input buffer: the C copy for the pass, and about 2.8 in the Go heap
-// beyond the headroom the collector already keeps (Breakdown.Inputs); the scratch copy of the largest matrix the
-// engine repacks at load, which the Go heap keeps (Breakdown.Repack); 16 MiB of process overhead (the Go runtime,
-// ggml and the engine without a model) plus 110 bytes per vocabulary entry and 127 per merge (the GGUF reader's
-// arrays, Ollama's tokenizer and the engine's own BPE tables, with the collector's headroom; measured with
-// Qwen3's 151,669 tokens and 151,387 merges and with a generated 131,072-token vocabulary). Without flash attention the CPU work buffer holds an F16 copy of the
+// float32) built in Go and copied into a ggml input buffer, counted as twice the mask plus 3 MiB of the pass's
+// other memory, a total calibrated against serve (Breakdown.Inputs) — serve collects the Go heap and trims the C heap after every prompt
+// pass, so masks never pile up however late the collector would have run on a busy machine; the scratch copy of
+// the largest matrix the engine repacks, a load-time peak returned to the system when loading ends, counted where
+// it exceeds a pass's buffers (Breakdown.Repack); 16 MiB of process overhead (the Go runtime, ggml and the engine
+// without a model) plus 95 bytes per vocabulary entry and 95 per merge (Ollama's tokenizer and the engine's own
+// BPE tables, live after loading: serve returns loading's garbage to the system; measured with Qwen3's 151,669
+// tokens and 151,387 merges and with a generated 131,072-token vocabulary). Without flash attention the CPU work buffer holds an F16 copy of the
 // scores (ubatch × KV cells × heads × 2 bytes) beside the F32 scores in the graph, in both engines.
 // pipeline/fit/rsscheck serves generated models with the goengine and holds the estimate to ±10 % of the
 // measured peak RSS at contexts 1024, 4096 and 8192, flash attention on and off.

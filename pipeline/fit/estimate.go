@@ -106,14 +106,12 @@ const (
 	goEngineOverhead    = 16 << 20  // Go runtime, ggml and the engine without a model (measured, rsscheck)
 	llamaCppCheckpoints = 2         // --ctx-checkpoints of the phone runtime plan (upstream default 8, newer 32)
 	goEngineCheckpoints = 24        // ollama kvcache.DefaultCheckpointCount, reserved at load for every slot
-	goEngineTokenBytes  = 110       // per vocabulary entry: Ollama's tokenizer and the engine's own (measured)
-	goEngineMergeBytes  = 127       // per BPE merge: both tokenizers' merge tables (measured)
-	// Attention masks in the Go heap at the peak of a goengine pass, beyond the collector's headroom: garbage
-	// grows to the live heap's size before the collector frees it, one mask past its goal — 2.4 measured on a
-	// machine at load 5-10, 3.2 at load 20 (the collector's background work gets less CPU); the estimate takes
-	// the middle (rsscheck).
-	goEngineGoMasks = 14.0 / 5
-	deltaNetChunk   = 64 // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
+	goEngineTokenBytes  = 95        // per vocabulary entry: Ollama's tokenizer and the engine's own (measured)
+	goEngineMergeBytes  = 95        // per BPE merge: both tokenizers' merge tables (measured)
+	// Memory a goengine prompt pass holds outside the graph besides its masks (batch inputs, logits, the
+	// collector's own), on top of what the engine holds after loading (calibrated with the masks, rsscheck).
+	goEnginePassBytes = 3 << 20
+	deltaNetChunk     = 64 // chunk length of the chunked gated-delta-net scan (llama.cpp, ollama)
 )
 
 // Breakdown is the estimated resident memory of one process serving the model, by part, in bytes.
@@ -139,7 +137,7 @@ type Breakdown struct {
 	Checkpoints int64 `json:"checkpoints"` // saved recurrent states for prefix reuse
 	Compute     int64 `json:"compute"`     // graph intermediates of the largest batch, and the CPU work buffer
 	Inputs      int64 `json:"inputs"`      // per-pass host buffers outside the graph (goengine: attention masks)
-	Repack      int64 `json:"repack"`      // goengine: the load-time copy of the largest repacked matrix
+	Repack      int64 `json:"repack"`      // goengine: the load-time copy of the largest repacked matrix, beyond Compute+Inputs
 	Output      int64 `json:"output"`      // logits buffer
 	Overhead    int64 `json:"overhead"`    // process, runtime, tokenizer
 	Total       int64 `json:"total"`
@@ -423,31 +421,30 @@ func EstimateShape(s Shape, o Options) (Breakdown, error) {
 	// copies the rows of the batch outputs).
 	b.Output = 4 * h.vocab * int64(o.Parallel)
 	b.Overhead = o.Overhead
-	var vocabTables int64 // goengine: the tokenizers' tables in the Go heap, with the collector's headroom
 	if b.Overhead == 0 {
 		switch o.Engine {
 		case LlamaCpp:
 			b.Overhead = llamaCppOverhead + 2*s.HeaderBytes
 		case GoEngine:
-			vocabTables = goEngineTokenBytes*h.vocab + goEngineMergeBytes*min(arrayLen(s.KV["tokenizer.ggml.merges"]), 1<<30)
-			b.Overhead = goEngineOverhead + vocabTables
+			tables := goEngineTokenBytes*h.vocab + goEngineMergeBytes*min(arrayLen(s.KV["tokenizer.ggml.merges"]), 1<<30)
+			b.Overhead = goEngineOverhead + tables
 		}
 	}
 	if o.Engine == GoEngine {
 		// Ollama's causal cache builds each pass's mask (ubatch × n_kv float32) as a Go slice and copies it into a
-		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats): the C
-		// copy lives through the pass (runtime/goengine returns it to the system after each prompt pass), the Go
-		// ones pile up to about 2.8 masks before the collector frees them — first in the headroom the collector
-		// already keeps over the live heap (half the vocabulary tables' share above), then in new memory.
-		mask := float64(o.UBatch) * float64(b.KVCells) * 4
-		headroom := vocabTables / 2
-		goMasks := int64(goEngineGoMasks * mask)
-		b.Inputs = int64(mask) + max(0, goMasks-headroom)
+		// ggml input buffer of its own (kvcache/causal.go buildMask, ml/backend/ggml Context.FromFloats).
+		// runtime/goengine collects the Go heap and returns it and the C buffers to the system after every prompt
+		// pass, so no more than one pass's masks are ever held. What a pass adds outside the graph's buffers is
+		// calibrated as a whole, not part by part: twice the mask plus 3 MiB is within a few MiB of the measured
+		// peak from 1024 to 8192 cells, flash attention on and off (rsscheck). The C copy is written in full; the
+		// Go slice is fresh zeroed memory of which only the masked cells are written, and the non-flash path
+		// holds somewhat more than the graph's scores (ggml-cpu's work buffers), which the total absorbs.
+		mask := int64(o.UBatch) * b.KVCells * 4
+		b.Inputs = 2*mask + goEnginePassBytes
 		// runtime/goengine/internal/repack copies each matrix it rearranges into a Go scratch buffer as large as
-		// the largest one: Go memory the masks later reuse.
-		if scratch := repackScratch(s); scratch > 0 {
-			b.Repack = max(0, scratch-max(goMasks, headroom))
-		}
+		// the largest one; the engine returns it to the system when loading ends, so it is a load-time peak that
+		// counts only beyond what a pass later adds.
+		b.Repack = max(0, RepackScratch(s)-b.Compute-b.Inputs)
 	}
 	parts := []int64{b.Weights, b.KVCache, b.Recurrent, b.Checkpoints, b.Compute, b.Inputs, b.Repack, b.Output, b.Overhead}
 	for _, p := range parts {
@@ -474,9 +471,10 @@ var (
 	repackTypes  = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeIQ4_NL}
 )
 
-// repackScratch is the size of the largest matrix the goengine repacks (the tied embedding counts as
-// output.weight, the copy the engine makes of it).
-func repackScratch(s Shape) int64 {
+// RepackScratch is the size of the largest matrix the goengine repacks at load through a scratch copy (the tied
+// embedding counts as output.weight, the copy the engine makes of it): the memory loading holds beyond the
+// loaded model for a moment.
+func RepackScratch(s Shape) int64 {
 	_, untied := s.tensor("output.weight")
 	var largest int64
 	for _, t := range s.Tensors {

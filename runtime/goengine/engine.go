@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -259,6 +260,10 @@ func Load(ctx context.Context, o Options) (e *Engine, err error) {
 		}
 	}
 	e.loopDone = make(chan struct{})
+	// Loading's garbage (the repack scratch copy of the largest matrix, the metadata decoded twice) goes back
+	// to the system now rather than whenever the scavenger gets to it: what serve holds after loading is the
+	// model, not a timing of the collector (pipeline/fit/rsscheck).
+	debug.FreeOSMemory()
 	go e.loop()
 	return e, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"runtime/debug"
 
 	"github.com/ollama/ollama/model"
 	"github.com/ollama/ollama/model/input"
@@ -152,9 +153,14 @@ func (e *Engine) compute(toks, pos []int32, seqs []int, outputs []int32, read bo
 	ctx := e.m.Backend().NewContext()
 	defer func() {
 		ctx.Close()
-		// A prompt pass's mask (tokens × cells float32) and other inputs are freed now; give them back to the
-		// system instead of leaving them in malloc's arenas (package cmem). Decode passes are too small to matter.
+		// A prompt pass's mask (tokens × cells float32, built as a Go slice and copied into a C buffer) and other
+		// inputs are garbage now. Give both copies back to the system: the C one instead of leaving it in
+		// malloc's arenas (package cmem), the Go one instead of letting the next passes' masks pile up until the
+		// collector runs, which it does later the busier the machine is. serve's peak is then one pass's
+		// buffers on top of the loaded model, the same on every machine (pipeline/fit/rsscheck). Decode passes
+		// are too small to matter; a collection costs a few milliseconds against a pass of hundreds of tokens.
 		if int64(len(toks))*int64(e.numCtx)*int64(max(1, len(e.slots)))*4 >= 1<<20 {
+			debug.FreeOSMemory()
 			cmem.Trim()
 		}
 	}()

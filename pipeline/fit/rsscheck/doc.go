@@ -14,5 +14,8 @@
 // layers), so the six fills cost a few CPU-seconds. A Qwen3.5-0.8B-shaped model with two slots checks weights,
 // recurrent state and the 24 checkpoints per slot at realistic sizes with short requests (-short skips it).
 // Each case runs in a process of its own: peak RSS is per process, and the Go and C heaps keep memory after an
-// engine closes.
+// engine closes. The child samples its RSS and Go memory every 2 ms without allocating and logs the Go share at
+// the peak; after a full context its Go heap must hold no more than the estimate's overhead (serve returns each
+// prompt pass's masks), so the result does not depend on when the collector runs, on the core count or on
+// GOMAXPROCS.
 package rsscheck
