@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	"github.com/phonellm/phonellm/pipeline/gguf"
 	"github.com/phonellm/phonellm/pipeline/gguf/convert"
 	"github.com/phonellm/phonellm/pipeline/imatrix"
+	"github.com/phonellm/phonellm/pipeline/quantize/plan"
 )
 
 // The tests in this file run llama.cpp's own code on phonellm's importance matrices: common_imatrix_load
@@ -393,5 +395,60 @@ func compareQuantized(t *testing.T, ours, theirs string, changed map[gguf.Type]b
 	}
 	if !t.Failed() {
 		t.Logf("%d tensors identical to llama.cpp's, %d of a type whose kernel the release changed: same type and shape", len(b.Tensors)-skipped, skipped)
+	}
+}
+
+// TestUpstreamRefusesTheSameTypes: without an importance matrix, llama.cpp's llama_model_quantize refuses
+// exactly the low-bit file types phonellm's quantize refuses (with ImatrixRequiredError, an input error), and
+// the ones both accept come out byte for byte the same.
+func TestUpstreamRefusesTheSameTypes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs llama.cpp's quantizer")
+	}
+	bin := imatrixOracle(t)
+	spec, _ := tinymodel.Preset("qwen3")
+	tmp := t.TempDir()
+	hf := filepath.Join(tmp, "hf")
+	if err := tinymodel.Generate(hf, spec); err != nil {
+		t.Fatal(err)
+	}
+	f16 := filepath.Join(tmp, "F16.gguf")
+	if _, err := convert.Run(context.Background(), convert.Options{Model: hf, Out: f16, OutType: convert.OutF16}, pipeline.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, ft := range []gguf.FileType{gguf.FileTypeIQ1_S, gguf.FileTypeIQ1_M, gguf.FileTypeIQ2_XXS, gguf.FileTypeIQ2_XS,
+		gguf.FileTypeIQ2_S, gguf.FileTypeIQ2_M, gguf.FileTypeIQ3_XXS, gguf.FileTypeIQ3_XS, gguf.FileTypeQ2_K_S,
+		gguf.FileTypeIQ3_S, gguf.FileTypeIQ3_M, gguf.FileTypeTQ1_0, gguf.FileTypeTQ2_0, gguf.FileTypeQ2_K} {
+		t.Run(ft.String(), func(t *testing.T) {
+			ours := filepath.Join(tmp, "ours-"+ft.String()+".gguf")
+			_, err := runQ(t, f16, Options{FileType: ft, Out: ours})
+			var req *ImatrixRequiredError
+			weRefuse := errors.As(err, &req)
+			if err != nil && !weRefuse {
+				t.Fatal(err)
+			}
+			if weRefuse && !pipeline.IsInputError(err) {
+				t.Errorf("refusal is not an input error: %v", err)
+			}
+			theirs := filepath.Join(tmp, "llamacpp-"+ft.String()+".gguf")
+			out, upErr := exec.Command(bin, "quantize", f16, theirs, strconv.Itoa(int(ft))).CombinedOutput()
+			theyRefuse := upErr != nil
+			if theyRefuse && !bytes.Contains(out, []byte("requires an importance matrix")) {
+				t.Fatalf("llama_model_quantize failed for another reason: %v\n%s", upErr, tail(out))
+			}
+			if weRefuse != theyRefuse {
+				t.Fatalf("phonellm refuses: %v (%v); llama.cpp refuses: %v", weRefuse, err, theyRefuse)
+			}
+			if weRefuse != plan.RequiresImatrix(ft) {
+				t.Errorf("plan.RequiresImatrix(%s) = %v, but the plan is refused: %v", ft, plan.RequiresImatrix(ft), weRefuse)
+			}
+			if weRefuse {
+				if _, err := os.Stat(ours); err == nil {
+					t.Errorf("refused, yet %s was written", ours)
+				}
+				return
+			}
+			compareQuantized(t, ours, theirs, kernelChanged(t, bin))
+		})
 	}
 }
