@@ -195,7 +195,8 @@ func expertFixture() *imatrix.Matrix {
 // TestUpstreamLoadsOurImatrix: llama.cpp's common_imatrix_load reads the GGUF and the legacy .dat importance
 // matrices phonellm writes (with an expert stack, one expert unseen), and the per-column values llama-quantize
 // derives from them are bit for bit the ones phonellm's Load gives the kernels; the metadata (datasets, chunk
-// count and size, legacy or not) reads the same.
+// count and size, legacy or not) reads the same. What llama.cpp read, written back with the gguf calls of
+// llama-imatrix's save_imatrix, is our GGUF file byte for byte.
 func TestUpstreamLoadsOurImatrix(t *testing.T) {
 	bin := imatrixOracle(t)
 	m := expertFixture()
@@ -204,6 +205,18 @@ func TestUpstreamLoadsOurImatrix(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fixture.imatrix."+string(format))
 			if _, _, err := imatrix.WriteFile(path, m, format); err != nil {
 				t.Fatal(err)
+			}
+			if format == imatrix.FormatGGUF {
+				// llama-imatrix's writer, given what llama.cpp read from our file, writes our file again.
+				again := filepath.Join(t.TempDir(), "rewritten.imatrix.gguf")
+				if out, err := exec.Command(bin, "rewrite", path, again).CombinedOutput(); err != nil {
+					t.Fatalf("rewrite: %v\n%s", err, out)
+				}
+				a, _ := os.ReadFile(path)
+				b, _ := os.ReadFile(again)
+				if !bytes.Equal(a, b) {
+					t.Errorf("llama-imatrix's gguf calls write %d bytes that differ from ours (%d bytes)", len(b), len(a))
+				}
 			}
 			up := runUpstreamLoad(t, bin, path)
 			im, err := imatrix.Load(path)

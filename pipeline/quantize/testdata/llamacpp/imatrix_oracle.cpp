@@ -9,6 +9,10 @@
 //   imatrix_oracle quantize IN OUT FTYPE [IMATRIX]
 //       llama_model_quantize(IN, OUT) to llama_ftype FTYPE on one thread, with the importance values and the
 //       quantize.imatrix.* keys tools/quantize/quantize.cpp passes (written here from its description).
+//   imatrix_oracle rewrite IN OUT
+//       common_imatrix_load(IN), then OUT written with the gguf calls of tools/imatrix/imatrix.cpp's
+//       IMatrixCollector::save_imatrix (general.type, imatrix.datasets, imatrix.chunk_count,
+//       imatrix.chunk_size, then NAME.in_sum2 [n_per_row, n_mat] and NAME.counts [1, n_mat] in name order).
 //   imatrix_oracle chunk GGML_TYPE NROWS N_PER_ROW IN.f32 IMATRIX.f32|- OUT.bin
 //       ggml_quantize_init + ggml_quantize_chunk of NROWS rows, with one importance vector or none.
 //
@@ -16,6 +20,7 @@
 // format) is quantize.cpp's load_imatrix, which lives in the tool, not in a library.
 
 #include "ggml.h"
+#include "gguf.h"
 #include "imatrix-loader.h"
 #include "llama.h"
 
@@ -144,6 +149,52 @@ static int cmd_quantize(const char * in, const char * out, int ftype, const char
     return 0;
 }
 
+static int cmd_rewrite(const char * in, const char * out) {
+    common_imatrix loaded;
+    if (!common_imatrix_load(in, loaded)) {
+        fprintf(stderr, "common_imatrix_load failed for %s\n", in);
+        return 1;
+    }
+    size_t data_size = 0;
+    for (const auto & [name, e] : loaded.entries) {
+        data_size += GGML_PAD(ggml_tensor_overhead() + sizeof(float) * e.sums.size(), GGML_MEM_ALIGN);
+        data_size += GGML_PAD(ggml_tensor_overhead() + sizeof(float) * e.counts.size(), GGML_MEM_ALIGN);
+    }
+    struct ggml_init_params params = { data_size, nullptr, false };
+    struct ggml_context * ctx = ggml_init(params);
+    struct gguf_context * ctx_gguf = gguf_init_empty();
+    std::vector<const char *> datasets;
+    for (const auto & d : loaded.datasets) {
+        datasets.push_back(d.c_str());
+    }
+    gguf_set_val_str(ctx_gguf, "general.type", "imatrix");
+    gguf_set_arr_str(ctx_gguf, LLM_KV_IMATRIX_DATASETS, datasets.data(), datasets.size());
+    gguf_set_val_u32(ctx_gguf, LLM_KV_IMATRIX_CHUNK_COUNT, loaded.chunk_count);
+    gguf_set_val_u32(ctx_gguf, LLM_KV_IMATRIX_CHUNK_SIZE, loaded.chunk_size);
+    for (const auto & [name, e] : loaded.entries) { // std::map: name order
+        const int64_t nval = e.sums.size(), nmat = e.counts.size();
+        if (nval == 0 || nmat == 0) {
+            continue;
+        }
+        struct ggml_tensor * in_sum2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, nval / nmat, nmat);
+        struct ggml_tensor * counts  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, nmat);
+        ggml_format_name(in_sum2, "%s.in_sum2", name.c_str());
+        ggml_format_name(counts, "%s.counts", name.c_str());
+        for (int64_t j = 0; j < nval; ++j) {
+            ((float *) in_sum2->data)[j] = e.sums[j];
+        }
+        for (int64_t j = 0; j < nmat; ++j) {
+            ((float *) counts->data)[j] = (float) e.counts[j];
+        }
+        gguf_add_tensor(ctx_gguf, in_sum2);
+        gguf_add_tensor(ctx_gguf, counts);
+    }
+    const bool ok = gguf_write_to_file(ctx_gguf, out, false);
+    gguf_free(ctx_gguf);
+    ggml_free(ctx);
+    return ok ? 0 : 1;
+}
+
 static std::vector<float> read_f32(const char * path, size_t n) {
     std::vector<float> v(n);
     FILE * f = fopen(path, "rb");
@@ -174,6 +225,9 @@ static int cmd_chunk(int type, int64_t nrows, int64_t n_per_row, const char * in
 }
 
 int main(int argc, char ** argv) {
+    if (argc == 4 && strcmp(argv[1], "rewrite") == 0) {
+        return cmd_rewrite(argv[2], argv[3]);
+    }
     if (argc == 8 && strcmp(argv[1], "chunk") == 0) {
         return cmd_chunk(atoi(argv[2]), atoll(argv[3]), atoll(argv[4]), argv[5], argv[6], argv[7]);
     }
@@ -183,6 +237,6 @@ int main(int argc, char ** argv) {
     if ((argc == 5 || argc == 6) && strcmp(argv[1], "quantize") == 0) {
         return cmd_quantize(argv[2], argv[3], atoi(argv[4]), argc == 6 ? argv[5] : nullptr);
     }
-    fprintf(stderr, "usage: imatrix_oracle load FILE | quantize IN OUT FTYPE [IMATRIX] | chunk TYPE NROWS N_PER_ROW IN IMATRIX OUT\n");
+    fprintf(stderr, "usage: imatrix_oracle load FILE | quantize IN OUT FTYPE [IMATRIX] | rewrite IN OUT | chunk TYPE NROWS N_PER_ROW IN IMATRIX OUT\n");
     return 2;
 }
