@@ -48,15 +48,19 @@ func imatrixOracle(t *testing.T) string {
 		root := oracle.Dir()
 		bundle := filepath.Join(root, "node_modules", "node-llama-cpp", "llama", "gitRelease.bundle")
 		bins := filepath.Join(root, "node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
-		libs := []string{"libllama-common.so", "libllama.v0.5.0.so", "libggml.v0.5.0.so", "libggml-base.so"}
-		for _, p := range append([]string{bundle}, libs...) {
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(bins, p)
-			}
-			if _, err := os.Stat(p); err != nil {
-				u.miss = fmt.Sprintf("llama.cpp from node-llama-cpp not installed (%s missing; run %s)", p, oracle.SetupCommand)
+		// The versioned names (libllama.v0.5.0.so) follow the release node-llama-cpp ships.
+		var libs []string
+		for _, pattern := range []string{"libllama-common.so", "libllama.v*.so", "libggml.v*.so", "libggml-base.so"} {
+			m, _ := filepath.Glob(filepath.Join(bins, pattern))
+			if len(m) != 1 {
+				u.miss = fmt.Sprintf("llama.cpp from node-llama-cpp not installed (%s in %s; run %s)", pattern, bins, oracle.SetupCommand)
 				return
 			}
+			libs = append(libs, m[0])
+		}
+		if _, err := os.Stat(bundle); err != nil {
+			u.miss = fmt.Sprintf("llama.cpp sources from node-llama-cpp not installed (%s; run %s)", bundle, oracle.SetupCommand)
+			return
 		}
 		for _, tool := range []string{"git", "g++"} {
 			if _, err := exec.LookPath(tool); err != nil {
@@ -96,9 +100,7 @@ func imatrixOracle(t *testing.T) string {
 		os.RemoveAll(filepath.Join(dir, "src"))
 		u.bin = filepath.Join(dir, "imatrix_oracle")
 		args := []string{"-std=c++17", "-O1", "-Iinclude", "-Iggml/include", "-Icommon", src, "-o", u.bin}
-		for _, l := range libs {
-			args = append(args, filepath.Join(bins, l))
-		}
+		args = append(args, libs...)
 		u.err = run("g++", append(args, "-Wl,-rpath,"+bins)...)
 	})
 	if u.miss != "" {
