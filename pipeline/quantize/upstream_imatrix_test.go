@@ -467,3 +467,65 @@ func TestUpstreamRefusesTheSameTypes(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamSameOutcomeOnImperfectImatrix: with an importance matrix that lacks a tensor or has the wrong
+// length for one, phonellm does what llama_model_quantize does — goes on without the missing entry for a type
+// that can do without (the same bytes), refuses a missing entry of a very-low-bit tensor and a wrong length —
+// and a refusal is an input error naming the tensor, with nothing written.
+func TestUpstreamSameOutcomeOnImperfectImatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs llama.cpp's quantizer")
+	}
+	bin := imatrixOracle(t)
+	spec, _ := tinymodel.Preset("qwen3")
+	tmp := t.TempDir()
+	hf := filepath.Join(tmp, "hf")
+	if err := tinymodel.Generate(hf, spec); err != nil {
+		t.Fatal(err)
+	}
+	f16 := filepath.Join(tmp, "F16.gguf")
+	if _, err := convert.Run(context.Background(), convert.Options{Model: hf, Out: f16, OutType: convert.OutF16}, pipeline.Discard); err != nil {
+		t.Fatal(err)
+	}
+	const tensor = "blk.1.ffn_down.weight"
+	for _, c := range []struct {
+		name        string
+		ft          gguf.FileType
+		skip, wrong bool
+		refused     bool
+		upstreamMsg string
+	}{
+		{"missing-Q4_K_M", gguf.FileTypeQ4_K_M, true, false, false, ""},
+		{"missing-IQ2_XXS", gguf.FileTypeIQ2_XXS, true, false, true, "Missing importance matrix for tensor " + tensor},
+		{"wrong-length-Q4_K_M", gguf.FileTypeQ4_K_M, false, true, true, "is different from tensor size"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			imPath := imatrixFor(t, f16, map[string]bool{tensor: c.skip}, map[string]bool{tensor: c.wrong})
+			ours := filepath.Join(dir, "ours.gguf")
+			im, err := imatrix.Load(imPath)
+			if err == nil {
+				_, err = runQ(t, f16, Options{FileType: c.ft, Out: ours, Imatrix: im, ImatrixName: imPath})
+				im.Close()
+			}
+			theirs := filepath.Join(dir, "llamacpp.gguf")
+			out, upErr := exec.Command(bin, "quantize", f16, theirs, strconv.Itoa(int(c.ft)), imPath).CombinedOutput()
+			if (upErr != nil) != c.refused || (c.refused && !bytes.Contains(out, []byte(c.upstreamMsg))) {
+				t.Fatalf("llama_model_quantize: %v (want refused %v with %q)\n%s", upErr, c.refused, c.upstreamMsg, tail(out))
+			}
+			if !c.refused {
+				if err != nil {
+					t.Fatalf("llama.cpp goes on, phonellm: %v", err)
+				}
+				compareQuantized(t, ours, theirs, bin)
+				return
+			}
+			if err == nil || !pipeline.IsInputError(err) || !strings.Contains(err.Error(), tensor) {
+				t.Fatalf("llama.cpp refuses; phonellm: %v", err)
+			}
+			if _, serr := os.Stat(ours); serr == nil {
+				t.Errorf("refused, yet %s was written", ours)
+			}
+		})
+	}
+}
