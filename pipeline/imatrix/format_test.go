@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -696,4 +697,26 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWritersRefuseUnsortedEntries: both writers keep the Matrix invariant (entries sorted by name, names
+// unique) instead of writing whatever order they are given; the legacy writer used to write unsorted and
+// duplicate entries as they came.
+func TestWritersRefuseUnsortedEntries(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a, b string
+	}{{"unsorted", "blk.1.w", "blk.0.w"}, {"duplicate", "blk.0.w", "blk.0.w"}} {
+		m := &Matrix{Datasets: []string{"d"}, ChunkCount: 1, ChunkSize: 4, Entries: []Entry{
+			{Name: c.a, Cols: 2, Sums: []float32{1, 2}, Counts: []float64{4}},
+			{Name: c.b, Cols: 2, Sums: []float32{3, 4}, Counts: []float64{4}},
+		}}
+		var fe *FormatError
+		if err := m.WriteGGUF(io.Discard); !errors.As(err, &fe) || !strings.Contains(err.Error(), c.b) {
+			t.Errorf("%s: WriteGGUF: %v", c.name, err)
+		}
+		if _, err := m.WriteDat(io.Discard); !errors.As(err, &fe) || !strings.Contains(err.Error(), c.b) {
+			t.Errorf("%s: WriteDat: %v", c.name, err)
+		}
+	}
 }
