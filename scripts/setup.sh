@@ -14,6 +14,9 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 need_apt=()
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# g++ and git build the llama.cpp imatrix oracle of pipeline/quantize (its headers come from a git bundle).
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
 # Python's jinja2 is the reference the chat-template engine (internal/jinja) is tested against.
 { python3 -c 'import jinja2' || /usr/bin/python3 -c 'import jinja2'; } >/dev/null 2>&1 || need_apt+=(python3-jinja2)
 if [ "${PHONELLM_SKIP_QEMU:-}" = "" ] && [ "$(uname -m)" = x86_64 ] &&

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -645,4 +646,77 @@ func vec(t *testing.T, im *Importance, name string) []float32 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// FuzzLoad: the GGUF path quantize uses (Load: index the file, read each entry's vector when asked) and the
+// whole-file reader agree on any bytes: both refuse them with an input error, or both accept them with the
+// same entries, sizes and importance values, bit for bit.
+func FuzzLoad(f *testing.F) {
+	var g bytes.Buffer
+	sampleMatrix().WriteGGUF(&g)
+	f.Add(g.Bytes())
+	f.Add(g.Bytes()[:g.Len()-3])
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !bytes.HasPrefix(raw, []byte("GGUF")) {
+			return
+		}
+		im, lerr := loadGGUF(bytes.NewReader(raw), int64(len(raw)), "fuzz")
+		m, rerr := ReadGGUF(bytes.NewReader(raw), int64(len(raw)), "fuzz")
+		var want *Importance
+		if rerr == nil {
+			want, rerr = m.Importance("fuzz")
+		}
+		for _, err := range []error{lerr, rerr} {
+			if err != nil && !pipeline.IsInputError(err) {
+				t.Fatalf("error is not an input error: %v", err)
+			}
+		}
+		if (lerr == nil) != (rerr == nil) {
+			t.Fatalf("Load: %v; Read: %v", lerr, rerr)
+		}
+		if lerr != nil {
+			return
+		}
+		if !reflect.DeepEqual(im.Names(), want.Names()) || im.Chunks != want.Chunks || !reflect.DeepEqual(im.Datasets, want.Datasets) {
+			t.Fatalf("Load: %q %d %q; Read: %q %d %q", im.Names(), im.Chunks, im.Datasets, want.Names(), want.Chunks, want.Datasets)
+		}
+		for _, name := range im.Names() {
+			a, err := im.Vector(name)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			b, _ := want.Vector(name)
+			n, _ := im.Size(name)
+			if len(a) != len(b) || len(a) != n {
+				t.Fatalf("%s: %d values (size %d), Read gives %d", name, len(a), n, len(b))
+			}
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("%s[%d]: %g vs %g", name, i, a[i], b[i])
+				}
+			}
+		}
+	})
+}
+
+// TestWritersRefuseUnsortedEntries: both writers keep the Matrix invariant (entries sorted by name, names
+// unique) instead of writing whatever order they are given; the legacy writer used to write unsorted and
+// duplicate entries as they came.
+func TestWritersRefuseUnsortedEntries(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a, b string
+	}{{"unsorted", "blk.1.w", "blk.0.w"}, {"duplicate", "blk.0.w", "blk.0.w"}} {
+		m := &Matrix{Datasets: []string{"d"}, ChunkCount: 1, ChunkSize: 4, Entries: []Entry{
+			{Name: c.a, Cols: 2, Sums: []float32{1, 2}, Counts: []float64{4}},
+			{Name: c.b, Cols: 2, Sums: []float32{3, 4}, Counts: []float64{4}},
+		}}
+		var fe *FormatError
+		if err := m.WriteGGUF(io.Discard); !errors.As(err, &fe) || !strings.Contains(err.Error(), c.b) {
+			t.Errorf("%s: WriteGGUF: %v", c.name, err)
+		}
+		if _, err := m.WriteDat(io.Discard); !errors.As(err, &fe) || !strings.Contains(err.Error(), c.b) {
+			t.Errorf("%s: WriteDat: %v", c.name, err)
+		}
+	}
 }

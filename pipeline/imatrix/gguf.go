@@ -278,9 +278,6 @@ func (m *Matrix) WriteGGUF(out io.Writer) error {
 	}
 	for i := range m.Entries {
 		e := &m.Entries[i]
-		if i > 0 && e.Name <= m.Entries[i-1].Name {
-			return fmt.Errorf("imatrix: entries not sorted or not unique at %q", e.Name)
-		}
 		n := uint64(len(e.Counts))
 		if err := w.AddTensor(e.Name+SuffixSums, gguf.TypeF32, nDims(uint64(e.Cols), n)); err != nil {
 			return fmt.Errorf("imatrix: entry %q: %w", e.Name, err)

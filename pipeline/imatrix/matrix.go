@@ -96,7 +96,8 @@ func (m *Matrix) sortEntries(file string) error {
 	return nil
 }
 
-// check verifies the shape of every entry: a non-empty name, at least one matrix, Cols × matrices sums.
+// check verifies the entries: sorted by name and unique, each with a non-empty name, at least one matrix and
+// Cols × matrices sums.
 func (m *Matrix) check(file string) error {
 	if m.ChunkCount < 0 || m.ChunkSize < 0 {
 		return &FormatError{File: file, Msg: fmt.Sprintf("negative chunk count %d or chunk size %d", m.ChunkCount, m.ChunkSize)}
@@ -111,6 +112,8 @@ func (m *Matrix) check(file string) error {
 		case e.Cols <= 0 || len(e.Sums) != e.Cols*len(e.Counts):
 			return &FormatError{File: file, Tensor: e.Name, Msg: fmt.Sprintf("has %d sums for %d matrices of %d columns",
 				len(e.Sums), len(e.Counts), e.Cols)}
+		case i > 0 && e.Name <= m.Entries[i-1].Name:
+			return &FormatError{File: file, Tensor: e.Name, Msg: "is out of name order or appears twice (entries are sorted by name, names unique)"}
 		case e.Exact != nil && len(e.Exact) != len(e.Sums):
 			return &FormatError{File: file, Tensor: e.Name, Msg: fmt.Sprintf("has %d exact sums for %d sums", len(e.Exact), len(e.Sums))}
 		}
