@@ -11,7 +11,6 @@ import (
 	"github.com/phonellm/phonellm/pipeline/gguf"
 )
 
-
 // The mutants of a GGUF's content: tensor data, the chat template and the vocabulary (the structure's are in
 // gguf_mutants.go).
 
