@@ -23,6 +23,23 @@ type Reporter interface {
 	Note(level Level, msg string)
 }
 
+// ItemReporter is implemented by reporters that can show a step's rate in its own unit ("120 tokens/s")
+// rather than in bytes.
+type ItemReporter interface {
+	// BeginItems starts a step whose total counts unit (plural, e.g. "tokens"); <0 when unknown.
+	BeginItems(step string, total int64, unit string)
+}
+
+// BeginItems starts a step on r whose total counts items of unit rather than bytes: r's BeginItems when it has
+// one, else its Begin.
+func BeginItems(r Reporter, step string, total int64, unit string) {
+	if ir, ok := r.(ItemReporter); ok {
+		ir.BeginItems(step, total, unit)
+		return
+	}
+	r.Begin(step, total)
+}
+
 // Discard is a Reporter that drops everything.
 var Discard Reporter = discard{}
 

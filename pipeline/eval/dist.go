@@ -173,7 +173,7 @@ func CompareDistributions(ctx context.Context, ref, cand LogitModel, prompts []P
 		free <- nil
 	}
 	const step = "distribution"
-	rep.Begin(step, int64(total))
+	pipeline.BeginItems(rep, step, int64(total), "tokens")
 	var err error
 	for i, toks := range seqs {
 		for start := 0; start < len(toks) && err == nil; start += window {

@@ -150,7 +150,7 @@ func Sensitivity(ctx context.Context, o SensitivityOptions, rep pipeline.Reporte
 	}
 
 	const step = "sensitivity"
-	rep.Begin(step, int64(len(groups)+1))
+	pipeline.BeginItems(rep, step, int64(len(groups)+1), "groups")
 	res := SensitivityResult{Reference: o.Reference, FileType: o.FileType.String(), Bump: o.Bump.String()}
 	bd, baseBytes, err := trial(o.FileType.String(), nil)
 	if err != nil {

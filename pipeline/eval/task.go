@@ -380,7 +380,7 @@ func scoreItems(ctx context.Context, o TaskOptions, ep Endpoint, items []Item, r
 		}
 	} else {
 		step := "task " + ep.BaseURL
-		rep.Begin(step, int64(len(items)))
+		pipeline.BeginItems(rep, step, int64(len(items)), "prompts")
 		answers, err = ask(ctx, o, ep, items, re, rep)
 		rep.End(step, err)
 		if err != nil {

@@ -436,7 +436,7 @@ func (f *Fleet) Deploy(ctx context.Context, spec deploy.Spec) (deploy.Deployment
 	}
 	work := filepath.Join(f.Dir, d.ID, "work")
 	os.MkdirAll(work, 0o755)
-	rep.Begin("submit and wait for phones", int64(spec.Replicas))
+	pipeline.BeginItems(rep, "submit and wait for phones", int64(spec.Replicas), "phones")
 	raw, err = f.SDK.Run(ctx, "deploy", map[string]any{"rpc": o.RPC, "ipfs": map[string]string{"endpoint": o.IPFS},
 		"replicas": reqs, "timeoutMs": (o.StartDelay - time.Minute).Milliseconds(), "workDir": work}, func(ev json.RawMessage) {
 		var e struct {

@@ -58,7 +58,7 @@ func MeasureOverhead(ctx context.Context, m Model, toks []int32, chunk, repeats 
 		}
 		return time.Since(start).Seconds(), cpuSeconds() - cpu0, nil
 	}
-	rep.Begin("imatrix overhead", int64(2*repeats*n*chunk))
+	pipeline.BeginItems(rep, "imatrix overhead", int64(2*repeats*n*chunk), "tokens")
 	for range repeats {
 		for _, collect := range []bool{false, true} {
 			wall, cpu, err := pass(collect)

@@ -204,7 +204,7 @@ func Run(ctx context.Context, o Options, rep pipeline.Reporter) (Result, error) 
 		}
 		defer m.Close()
 		const step = "imatrix"
-		rep.Begin(step, int64((n-done)*o.ChunkSize))
+		pipeline.BeginItems(rep, step, int64((n-done)*o.ChunkSize), "tokens")
 		chunk := make([]int32, o.ChunkSize)
 		for i := done; i < n; i++ {
 			copy(chunk, toks[i*o.ChunkSize:(i+1)*o.ChunkSize])

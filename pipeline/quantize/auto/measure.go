@@ -211,7 +211,7 @@ func Measure(ctx context.Context, o MeasureOptions, rep pipeline.Reporter) (*Mea
 	defer base.Close()
 
 	const step = "sensitivity"
-	rep.Begin(step, int64(trials))
+	pipeline.BeginItems(rep, step, int64(trials), "trials")
 	measure := func(path string) (eval.DistResult, error) {
 		cand, err := o.Load(ctx, path)
 		if err != nil {

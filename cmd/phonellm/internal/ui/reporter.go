@@ -16,6 +16,7 @@ type Reporter struct {
 	mu       sync.Mutex
 	step     string
 	total    int64
+	unit     string // what total counts; "" for bytes
 	done     int64
 	start    time.Time
 	last     time.Time
@@ -33,11 +34,14 @@ func NewReporter(s *Streams) *Reporter {
 
 var _ pipeline.Reporter = (*Reporter)(nil)
 
-// Begin starts a step.
-func (r *Reporter) Begin(step string, total int64) {
+// Begin starts a step whose total is in bytes.
+func (r *Reporter) Begin(step string, total int64) { r.BeginItems(step, total, "") }
+
+// BeginItems starts a step whose total counts unit ("tokens"); "" is bytes.
+func (r *Reporter) BeginItems(step string, total int64, unit string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.step, r.total, r.done = step, total, 0
+	r.step, r.total, r.unit, r.done = step, total, unit, 0
 	r.start = time.Now()
 	r.last = time.Time{}
 	if !r.s.ErrTTY {
@@ -65,7 +69,7 @@ func (r *Reporter) draw(now time.Time, final bool) {
 	el := now.Sub(r.start).Seconds()
 	rate := ""
 	if el > 0.2 && r.done > 0 {
-		rate = " " + humanRate(float64(r.done)/el, r.total)
+		rate = " " + humanRate(float64(r.done)/el, r.total, r.unit)
 	}
 	eta := ""
 	if r.total > 0 && r.done > 0 && r.done < r.total && el > 0.5 {
@@ -117,7 +121,13 @@ func (r *Reporter) Note(level pipeline.Level, msg string) {
 	r.s.Printf("%s\n", msg)
 }
 
-func humanRate(bps float64, total int64) string {
+func humanRate(bps float64, total int64, unit string) string {
+	if unit != "" {
+		if bps >= 100 {
+			return fmt.Sprintf("%.0f %s/s", bps, unit)
+		}
+		return fmt.Sprintf("%.1f %s/s", bps, unit)
+	}
 	if total > 0 && total < 10000 {
 		return fmt.Sprintf("%.1f/s", bps)
 	}
