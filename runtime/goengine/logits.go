@@ -57,24 +57,15 @@ func (e *Engine) Logits(ctx context.Context, tokens []int32, fn func(pos int, lo
 		return fmt.Errorf("goengine: logits: clear slot %d: %w", sl.id, err)
 	}
 	chunk := max(1, min(e.batch, maxLogitChunk/max(vocab, 1)))
-	toks := make([]int32, 0, chunk)
-	pos := make([]int32, 0, chunk)
-	seqs := make([]int, 0, chunk)
-	outs := make([]int32, 0, chunk)
+	var b batch
 	for start := 0; start < len(tokens); start += chunk {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := min(chunk, len(tokens)-start)
-		toks, pos, seqs, outs = toks[:0], pos[:0], seqs[:0], outs[:0]
-		for i := range n {
-			toks = append(toks, tokens[start+i])
-			pos = append(pos, int32(start+i))
-			seqs = append(seqs, sl.id)
-			outs = append(outs, int32(i))
-		}
+		b.fill(tokens, start, n, sl.id)
 		forwardMu.Lock()
-		logits, err := e.forward(toks, pos, seqs, outs)
+		logits, err := e.forward(b.toks, b.pos, b.seqs, b.outs)
 		forwardMu.Unlock()
 		if err != nil {
 			_ = e.cache.Remove(sl.id, 0, math.MaxInt32)
@@ -122,4 +113,22 @@ func (e *Engine) exclusive(ctx context.Context) (release func(), err error) {
 		return nil, engine.ErrClosed
 	}
 	return release, nil
+}
+
+// batch is one forward pass over consecutive tokens of a single sequence, every position an output row (the
+// scoring and observing passes; serving builds its mixed batches in the scheduler).
+type batch struct {
+	toks, pos, outs []int32
+	seqs            []int
+}
+
+// fill makes b the n tokens of tokens from start, at their own positions, in sequence seq.
+func (b *batch) fill(tokens []int32, start, n, seq int) {
+	b.toks, b.pos, b.seqs, b.outs = b.toks[:0], b.pos[:0], b.seqs[:0], b.outs[:0]
+	for i := range n {
+		b.toks = append(b.toks, tokens[start+i])
+		b.pos = append(b.pos, int32(start+i))
+		b.seqs = append(b.seqs, seq)
+		b.outs = append(b.outs, int32(i))
+	}
 }

@@ -111,24 +111,15 @@ func (e *Engine) Observe(ctx context.Context, tokens []int32, o ObserveOptions) 
 		chunk = e.batch
 	}
 	chunk = min(chunk, e.batch)
-	toks := make([]int32, 0, chunk)
-	pos := make([]int32, 0, chunk)
-	seqs := make([]int, 0, chunk)
-	outs := make([]int32, 0, chunk)
+	var b batch
 	for start := 0; start < len(tokens); start += chunk {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := min(chunk, len(tokens)-start)
-		toks, pos, seqs, outs = toks[:0], pos[:0], seqs[:0], outs[:0]
-		for i := range n {
-			toks = append(toks, tokens[start+i])
-			pos = append(pos, int32(start+i))
-			seqs = append(seqs, sl.id)
-			outs = append(outs, int32(i))
-		}
+		b.fill(tokens, start, n, sl.id)
 		forwardMu.Lock()
-		_, err := e.compute(toks, pos, seqs, outs, false)
+		_, err := e.compute(b.toks, b.pos, b.seqs, b.outs, false)
 		forwardMu.Unlock()
 		if hook != nil && hook.Err() != nil {
 			err = hook.Err()
