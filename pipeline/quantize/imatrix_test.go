@@ -37,71 +37,27 @@ func writeMoEModel(t testing.TB, path string, layers int, embd, ff, experts, voc
 	w.SetKV("qwen3moe.rope.freq_base", gguf.Float32(1e6))
 	w.SetKV("qwen3moe.attention.layer_norm_rms_epsilon", gguf.Float32(1e-6))
 	w.SetKV("general.file_type", gguf.Uint32(1))
-	// A complete model (package modelcheck validates what quantize reads and writes): a vocabulary too.
-	tokens, types := make([]string, vocab), make([]int32, vocab)
-	for i := range tokens {
-		tokens[i], types[i] = fmt.Sprintf("t%d", i), 1
-	}
-	w.SetKV("tokenizer.ggml.model", gguf.String("gpt2"))
-	w.SetKV("tokenizer.ggml.tokens", gguf.Strings(tokens))
-	w.SetKV("tokenizer.ggml.token_type", gguf.Int32s(types))
-	w.SetKV("tokenizer.ggml.merges", gguf.Strings([]string{}))
-	type tdef struct {
-		name  string
-		typ   gguf.Type
-		shape []uint64
-	}
-	defs := []tdef{{"token_embd.weight", gguf.TypeF16, []uint64{embd, vocab}}, {"output.weight", gguf.TypeF16, []uint64{embd, vocab}},
+	setTestVocab(w, vocab) // a complete model: package modelcheck validates what quantize reads and writes
+	defs := []testTensor{{"token_embd.weight", gguf.TypeF16, []uint64{embd, vocab}}, {"output.weight", gguf.TypeF16, []uint64{embd, vocab}},
 		{"output_norm.weight", gguf.TypeF32, []uint64{embd}}}
 	for i := range layers {
 		p := fmt.Sprintf("blk.%d.", i)
 		defs = append(defs,
-			tdef{p + "attn_norm.weight", gguf.TypeF32, []uint64{embd}},
-			tdef{p + "attn_q.weight", gguf.TypeF16, []uint64{embd, embd}},
-			tdef{p + "attn_k.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
-			tdef{p + "attn_v.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
-			tdef{p + "attn_output.weight", gguf.TypeF16, []uint64{embd, embd}},
-			tdef{p + "attn_q_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
-			tdef{p + "attn_k_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
-			tdef{p + "ffn_norm.weight", gguf.TypeF32, []uint64{embd}},
-			tdef{p + "ffn_gate_inp.weight", gguf.TypeF32, []uint64{embd, experts}},
-			tdef{p + "ffn_gate_exps.weight", gguf.TypeF16, []uint64{embd, ff, experts}},
-			tdef{p + "ffn_up_exps.weight", gguf.TypeF16, []uint64{embd, ff, experts}},
-			tdef{p + "ffn_down_exps.weight", gguf.TypeF16, []uint64{ff, embd, experts}},
+			testTensor{p + "attn_norm.weight", gguf.TypeF32, []uint64{embd}},
+			testTensor{p + "attn_q.weight", gguf.TypeF16, []uint64{embd, embd}},
+			testTensor{p + "attn_k.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
+			testTensor{p + "attn_v.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
+			testTensor{p + "attn_output.weight", gguf.TypeF16, []uint64{embd, embd}},
+			testTensor{p + "attn_q_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
+			testTensor{p + "attn_k_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
+			testTensor{p + "ffn_norm.weight", gguf.TypeF32, []uint64{embd}},
+			testTensor{p + "ffn_gate_inp.weight", gguf.TypeF32, []uint64{embd, experts}},
+			testTensor{p + "ffn_gate_exps.weight", gguf.TypeF16, []uint64{embd, ff, experts}},
+			testTensor{p + "ffn_up_exps.weight", gguf.TypeF16, []uint64{embd, ff, experts}},
+			testTensor{p + "ffn_down_exps.weight", gguf.TypeF16, []uint64{ff, embd, experts}},
 		)
 	}
-	for _, d := range defs {
-		if err := w.AddTensor(d.name, d.typ, d.shape); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := w.WriteHeader(f); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for _, ti := range w.Tensors() {
-		vals := make([]float32, ti.NumElements())
-		for i := range vals {
-			vals[i] = float32(rng.NormFloat64() * 0.05)
-		}
-		buf := make([]byte, ti.Size())
-		if ti.Type == gguf.TypeF16 {
-			half.EncodeF16LE(buf, vals)
-		} else {
-			half.EncodeF32LE(buf, vals)
-		}
-		if err := w.WriteTensor(ti.Name, buf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	writeRandomTensors(t, w, path, defs, 3, 4)
 }
 
 // imatrixFor writes an importance matrix with an entry for every matrix of the GGUF at model (lognormal-ish

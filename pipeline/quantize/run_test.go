@@ -32,71 +32,26 @@ func writeF16Model(t testing.TB, path string, layers int, embd, ff, vocab uint64
 	w.SetKV("qwen3.rope.freq_base", gguf.Float32(1e6))
 	w.SetKV("qwen3.attention.layer_norm_rms_epsilon", gguf.Float32(1e-6))
 	w.SetKV("general.file_type", gguf.Uint32(1))
-	// A complete model (package modelcheck validates what quantize reads and writes): a vocabulary too.
-	tokens, types := make([]string, vocab), make([]int32, vocab)
-	for i := range tokens {
-		tokens[i], types[i] = fmt.Sprintf("t%d", i), 1
-	}
-	w.SetKV("tokenizer.ggml.model", gguf.String("gpt2"))
-	w.SetKV("tokenizer.ggml.tokens", gguf.Strings(tokens))
-	w.SetKV("tokenizer.ggml.token_type", gguf.Int32s(types))
-	w.SetKV("tokenizer.ggml.merges", gguf.Strings([]string{}))
-	type tdef struct {
-		name  string
-		typ   gguf.Type
-		shape []uint64
-	}
-	var defs []tdef
-	defs = append(defs, tdef{"token_embd.weight", gguf.TypeF16, []uint64{embd, vocab}}, tdef{"output_norm.weight", gguf.TypeF32, []uint64{embd}})
+	setTestVocab(w, vocab) // a complete model: package modelcheck validates what quantize reads and writes
+	var defs []testTensor
+	defs = append(defs, testTensor{"token_embd.weight", gguf.TypeF16, []uint64{embd, vocab}}, testTensor{"output_norm.weight", gguf.TypeF32, []uint64{embd}})
 	for i := 0; i < layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
 		defs = append(defs,
-			tdef{p + "attn_norm.weight", gguf.TypeF32, []uint64{embd}},
-			tdef{p + "attn_q.weight", gguf.TypeF16, []uint64{embd, embd}},
-			tdef{p + "attn_k.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
-			tdef{p + "attn_v.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
-			tdef{p + "attn_output.weight", gguf.TypeF16, []uint64{embd, embd}},
-			tdef{p + "ffn_gate.weight", gguf.TypeF16, []uint64{embd, ff}},
-			tdef{p + "ffn_up.weight", gguf.TypeF16, []uint64{embd, ff}},
-			tdef{p + "ffn_down.weight", gguf.TypeF16, []uint64{ff, embd}},
-			tdef{p + "ffn_norm.weight", gguf.TypeF32, []uint64{embd}},
-			tdef{p + "attn_q_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
-			tdef{p + "attn_k_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
+			testTensor{p + "attn_norm.weight", gguf.TypeF32, []uint64{embd}},
+			testTensor{p + "attn_q.weight", gguf.TypeF16, []uint64{embd, embd}},
+			testTensor{p + "attn_k.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
+			testTensor{p + "attn_v.weight", gguf.TypeF16, []uint64{embd, embd / 2}},
+			testTensor{p + "attn_output.weight", gguf.TypeF16, []uint64{embd, embd}},
+			testTensor{p + "ffn_gate.weight", gguf.TypeF16, []uint64{embd, ff}},
+			testTensor{p + "ffn_up.weight", gguf.TypeF16, []uint64{embd, ff}},
+			testTensor{p + "ffn_down.weight", gguf.TypeF16, []uint64{ff, embd}},
+			testTensor{p + "ffn_norm.weight", gguf.TypeF32, []uint64{embd}},
+			testTensor{p + "attn_q_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
+			testTensor{p + "attn_k_norm.weight", gguf.TypeF32, []uint64{embd / 4}},
 		)
 	}
-	for _, d := range defs {
-		if err := w.AddTensor(d.name, d.typ, d.shape); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := w.WriteHeader(f); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, ti := range w.Tensors() {
-		n := ti.NumElements()
-		vals := make([]float32, n)
-		for i := range vals {
-			vals[i] = float32(rng.NormFloat64() * 0.05)
-		}
-		buf := make([]byte, ti.Size())
-		if ti.Type == gguf.TypeF16 {
-			half.EncodeF16LE(buf, vals)
-		} else {
-			half.EncodeF32LE(buf, vals)
-		}
-		if err := w.WriteTensor(ti.Name, buf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	writeRandomTensors(t, w, path, defs, 1, 2)
 }
 
 func TestRunMatchesKernelsAndThreads(t *testing.T) {
@@ -210,5 +165,62 @@ func TestRunCancelLeavesNoOutput(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("stray files: %v", entries)
+	}
+}
+
+// testTensor is one tensor of a generated test model.
+type testTensor struct {
+	name  string
+	typ   gguf.Type
+	shape []uint64
+}
+
+// setTestVocab gives a generated test model a vocabulary of n plain tokens.
+func setTestVocab(w *gguf.Writer, n uint64) {
+	tokens, types := make([]string, n), make([]int32, n)
+	for i := range tokens {
+		tokens[i], types[i] = fmt.Sprintf("t%d", i), 1
+	}
+	w.SetKV("tokenizer.ggml.model", gguf.String("gpt2"))
+	w.SetKV("tokenizer.ggml.tokens", gguf.Strings(tokens))
+	w.SetKV("tokenizer.ggml.token_type", gguf.Int32s(types))
+	w.SetKV("tokenizer.ggml.merges", gguf.Strings([]string{}))
+}
+
+// writeRandomTensors adds defs to w and writes the file at path with N(0, 0.05²) values from a PCG seeded with
+// (seed1, seed2), F16 or F32 as each tensor's type says.
+func writeRandomTensors(t testing.TB, w *gguf.Writer, path string, defs []testTensor, seed1, seed2 uint64) {
+	t.Helper()
+	for _, d := range defs {
+		if err := w.AddTensor(d.name, d.typ, d.shape); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := w.WriteHeader(f); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	for _, ti := range w.Tensors() {
+		vals := make([]float32, ti.NumElements())
+		for i := range vals {
+			vals[i] = float32(rng.NormFloat64() * 0.05)
+		}
+		buf := make([]byte, ti.Size())
+		if ti.Type == gguf.TypeF16 {
+			half.EncodeF16LE(buf, vals)
+		} else {
+			half.EncodeF32LE(buf, vals)
+		}
+		if err := w.WriteTensor(ti.Name, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
 	}
 }
