@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/phonellm/phonellm/cmd/phonellm/internal/ui"
 	"github.com/phonellm/phonellm/pipeline/deploy"
 	"github.com/phonellm/phonellm/pipeline/fit"
 	"github.com/phonellm/phonellm/pipeline/gguf"
+	"github.com/phonellm/phonellm/pipeline/workspace"
 	"github.com/spf13/cobra"
 )
 
@@ -59,9 +61,11 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 				o.FileType = ft
 			}
 			prefixes := 0
+			phoneFrom := "" // the file that named the profile when the command line did not
 			if ws, _ := a.findWorkspace(); ws != nil {
-				if o.Phone == "" {
+				if o.Phone == "" && ws.Project.Phone != "" {
 					o.Phone = ws.Project.Phone
+					phoneFrom = filepath.Join(ws.Root, workspace.FileName)
 				}
 				prefixes = len(ws.Project.Warm)
 			}
@@ -72,8 +76,11 @@ Profiles: ` + profileNames() + ` (add or override with --profiles FILE).`,
 			res, err := fit.Run(a.ctx, o, a.reporter())
 			if err != nil {
 				var ue *fit.UnknownProfileError
-				if errors.As(err, &ue) {
-					return usageError("%v", err)
+				switch {
+				case errors.As(err, &ue) && phoneFrom != "":
+					return fmt.Errorf("%s: phone: %w", phoneFrom, err) // a bad input file (exit 3)
+				case errors.As(err, &ue):
+					return usageError("--phone: %v", err)
 				}
 				return err
 			}

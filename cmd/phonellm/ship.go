@@ -106,6 +106,13 @@ func runShip(a *app, cmd *cobra.Command, fl shipFlags) error {
 	case fl.gatewayPort < 0 || fl.gatewayPort > 65535:
 		return usageError("--gateway-port must be 0..65535")
 	}
+	if fl.phone != "" {
+		// A profile named on the command line is a bad command line when unknown (as in fit); one named by the
+		// workspace's phonellm.yaml stays bad input, classified by the stage.
+		if _, err := fit.Builtin().Lookup(fl.phone); err != nil {
+			return usageError("--phone: %v", err)
+		}
+	}
 	ws, err := a.findWorkspace()
 	if err != nil {
 		return err

@@ -303,4 +303,29 @@ func TestShipAcurastPlanBeforePublish(t *testing.T) {
 	if code != exitUsage || strings.Count(e, "(see 'phonellm ship --help')") != 1 {
 		t.Fatalf("flag error: exit %d, %q", code, e)
 	}
+	// An unknown --phone is a bad command line here as in fit and quantize auto --fit (exit 2, not 3), one line
+	// listing the known profiles, and it is refused before anything is built.
+	code, out, e = runCLI(t, ctx, "ship", "--target", "acurast", "--phone", "17gb", "--api-key-env", keyVar, "--dry-run")
+	if code != exitUsage || out != "" || len(errorLines(e)) != 1 || !strings.Contains(e, `unknown phone profile "17gb"`) || !strings.Contains(e, "16gb") {
+		t.Fatalf("unknown --phone: exit %d, %q %q", code, out, e)
+	}
+	code, out, e = runCLI(t, ctx, "fit", "--phone", "17gb")
+	if code != exitUsage || out != "" || len(errorLines(e)) != 1 || !strings.Contains(e, `unknown phone profile "17gb"`) {
+		t.Fatalf("fit, unknown --phone: exit %d, %q %q", code, out, e)
+	}
+	// The same name in phonellm.yaml is a bad input file (exit 3) that the error names, in fit and in ship.
+	yaml := filepath.Join(os.Getenv("PHONELLM_WORKSPACE"), workspace.FileName)
+	b, err := os.ReadFile(yaml)
+	if err != nil || !strings.Contains(string(b), "phone: 16gb") {
+		t.Fatalf("%s: %v\n%s", yaml, err, b)
+	}
+	if err := os.WriteFile(yaml, []byte(strings.Replace(string(b), "phone: 16gb", "phone: 17gb", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"fit"}, {"ship", "--target", "acurast", "--api-key-env", keyVar, "--dry-run"}} {
+		code, out, e = runCLI(t, ctx, args...)
+		if code != exitBadInput || out != "" || len(errorLines(e)) != 1 || !strings.Contains(e, yaml+": phone: ") || !strings.Contains(e, `unknown phone profile "17gb"`) {
+			t.Errorf("%v with phone: 17gb in %s: exit %d, %q %q", args, workspace.FileName, code, out, e)
+		}
+	}
 }

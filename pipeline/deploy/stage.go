@@ -152,6 +152,14 @@ func (o Options) Validate() error {
 	case !ValidKVType(o.KVType):
 		return SpecErrorf("ship: kv cache type %q: want f16, q8_0 or q4_0", o.KVType)
 	}
+	if o.Phone != "" {
+		if _, err := fit.Builtin().Lookup(o.Phone); err != nil {
+			if o.Workspace != nil && o.Workspace.Project.Phone == o.Phone {
+				return fmt.Errorf("%s: phone: %w", filepath.Join(o.Workspace.Root, workspace.FileName), err)
+			}
+			return err
+		}
+	}
 	return nil
 }
 
